@@ -1,0 +1,329 @@
+"""Two clocks for one scheduler: real time (asyncio, for serving) and virtual time (simulation).
+
+Both drive the same ``Scheduler`` objects the same way — a replica plans a step at the time its
+previous step ended (or when work arrives at an idle replica) — so for the same arrivals they
+produce the same timeline. Only the way time passes differs: the real-time driver sleeps until a
+step's modeled end, once per replica step (never a timer per token or per stream); the virtual
+driver jumps from event to event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .engine import DeploymentSpec
+from .scheduler import CANCELLED, Scheduler, Sequence, StepResult
+
+
+class Overloaded(Exception):
+    """Every replica's waiting queue is full."""
+
+
+class TooLarge(Exception):
+    """The request's KV would not fit a replica even when idle."""
+
+
+_ids = itertools.count(1)
+
+
+def new_sequence(
+    prompt_tokens: int, output_tokens: int, arrival: float, cached_tokens: int = 0, tag=None
+) -> Sequence:
+    if prompt_tokens <= 0 or output_tokens <= 0:
+        raise ValueError("prompt_tokens and output_tokens must be positive")
+    if not 0 <= cached_tokens < prompt_tokens:
+        cached_tokens = max(0, min(cached_tokens, prompt_tokens - 1))
+    return Sequence(next(_ids), prompt_tokens, output_tokens, arrival, cached_tokens, tag)
+
+
+def pick_replica(schedulers: Iterable[Scheduler]) -> Scheduler:
+    """Least outstanding work: fewest running plus waiting sequences, first on ties."""
+    return min(schedulers, key=lambda s: s.running + len(s.waiting))
+
+
+# ---------------------------------------------------------------------------------------------
+# Real time
+# ---------------------------------------------------------------------------------------------
+
+
+class TokenStream:
+    """The tokens of one request as they are produced: an async iterator of timestamp batches.
+
+    Each item is the list of modeled times (driver clock, seconds) of the tokens produced since
+    the previous item; when the consumer falls behind, one item carries several tokens. Closing
+    the stream (``aclose`` or ``cancel``) cancels the request in the engine: its slot and KV are
+    free at the next step.
+    """
+
+    __slots__ = ("seq", "replica", "_times", "_waiter", "_done")
+
+    def __init__(self, seq: Sequence, replica: RealtimeReplica) -> None:
+        self.seq = seq
+        self.replica = replica
+        self._times: list[float] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._done = False
+
+    # called by the replica loop
+    def _push(self, t: float, last: bool) -> None:
+        self._times.append(t)
+        if last:
+            self._done = True
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def __aiter__(self) -> TokenStream:
+        return self
+
+    async def __anext__(self) -> list[float]:
+        while not self._times:
+            if self._done or self.seq.state == CANCELLED:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        out, self._times = self._times, []
+        return out
+
+    @property
+    def finished(self) -> bool:
+        return self._done and not self._times
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._done = True
+            self.replica.cancel(self.seq)
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+
+class RealtimeReplica:
+    """One replica stepped by an asyncio task against the event loop's clock."""
+
+    def __init__(self, scheduler: Scheduler, name: str = "", on_step: Callable | None = None):
+        self.scheduler = scheduler
+        self.name = name
+        self.on_step = on_step
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._loop = asyncio.get_running_loop()
+        self.clock = self._loop.time
+        self._t = 0.0  # modeled time the next step may start at
+        self.steps = 0
+        self.last_batch = 0
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = self._loop.create_task(self._run(), name=f"replica-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    def submit(self, seq: Sequence) -> TokenStream:
+        if not self.scheduler.fits_ever(seq):
+            raise TooLarge
+        stream = TokenStream(seq, self)
+        seq.tag = stream
+        seq.arrival = self.clock()
+        if not self.scheduler.submit(seq):
+            raise Overloaded
+        self._wake.set()
+        return stream
+
+    def cancel(self, seq: Sequence) -> None:
+        self.scheduler.cancel(seq)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        sched = self.scheduler
+        clock = self.clock
+        while True:
+            if not sched.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+            now = clock()
+            if self._t < now:
+                self._t = now  # idle until now: the replica restarts on the wall clock
+            result = sched.step(self._t)
+            if result is None:
+                # only cancelled work was left; wait for more
+                self._wake.clear()
+                continue
+            self._t = result.end
+            delay = result.end - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)  # behind the modeled timeline: let writers flush
+            self.steps += 1
+            self.last_batch = result.batch
+            self._deliver(result)
+            if self.on_step is not None:
+                self.on_step(self, result)
+
+    def _deliver(self, result: StepResult) -> None:
+        end = result.end
+        for seq in result.finished:
+            seq.tag._push(end, True)
+        for seq in self.scheduler.decoding.values():  # includes this step's first tokens
+            seq.tag._push(end, False)
+
+
+class RealtimeDeployment:
+    """The replicas of one deployment, each stepped by its own task."""
+
+    def __init__(self, spec: DeploymentSpec, on_step: Callable | None = None) -> None:
+        self.spec = spec
+        self.replicas = [
+            RealtimeReplica(spec.new_scheduler(), f"{spec.name}-{i}", on_step)
+            for i in range(spec.replicas)
+        ]
+
+    def start(self) -> None:
+        for r in self.replicas:
+            r.start()
+
+    async def stop(self) -> None:
+        for r in self.replicas:
+            await r.stop()
+
+    def submit(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> TokenStream:
+        """Queue a request on the least-loaded replica; raises Overloaded or TooLarge."""
+        seq = new_sequence(prompt_tokens, output_tokens, 0.0, cached_tokens)
+        replica = min(self.replicas, key=lambda r: r.scheduler.running + len(r.scheduler.waiting))
+        return replica.submit(seq)
+
+
+# ---------------------------------------------------------------------------------------------
+# Virtual time
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Arrival:
+    time: float
+    deployment: str
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int = 0
+    tag: object = None
+
+
+class VirtualDriver:
+    """Discrete-event driver: replicas step at modeled times, arrivals are events; no sleeping.
+
+    ``on_step(replica, first_duration, user_decode_tokens, batch, steps, last_duration)`` is
+    called for every step or stretch of steady decode steps (durations grow linearly within);
+    ``on_finish(seq)`` for every finished sequence and ``on_reject(arrival, reason)`` for every
+    refused one. ``steady=True`` lets a replica run stretches of pure decode steps in one call
+    (same timeline, far fewer Python calls).
+    """
+
+    def __init__(
+        self,
+        deployments: dict[str, DeploymentSpec],
+        on_step: Callable | None = None,
+        on_finish: Callable | None = None,
+        on_reject: Callable | None = None,
+        on_first_token: Callable | None = None,
+        steady: bool = True,
+    ) -> None:
+        self.replicas: dict[str, list[Scheduler]] = {
+            name: [spec.new_scheduler() for _ in range(spec.replicas)]
+            for name, spec in deployments.items()
+        }
+        self.names = {
+            id(s): f"{name}-{i}" for name, rs in self.replicas.items() for i, s in enumerate(rs)
+        }
+        self.on_step = on_step
+        self.on_finish = on_finish
+        self.on_reject = on_reject
+        self.on_first_token = on_first_token
+        self.steady = steady
+        self.steps = 0
+        self.now = 0.0
+
+    def run(self, arrivals: Iterable[Arrival], until: float = float("inf")) -> float:
+        """Run arrivals (sorted by time) to completion; returns the time the last step ended."""
+        it = iter(arrivals)
+        nxt = next(it, None)
+        # heap of (next step start, tiebreak, scheduler) for replicas with work
+        ready: list[tuple[float, int, Scheduler]] = []
+        queued: set[int] = set()
+        counter = itertools.count()
+        end = 0.0
+        while True:
+            t_arr = nxt.time if nxt is not None else float("inf")
+            t_step = ready[0][0] if ready else float("inf")
+            if t_arr == float("inf") and t_step == float("inf"):
+                break
+            if t_arr <= t_step:
+                if t_arr > until:
+                    break
+                self.now = t_arr
+                sched = pick_replica(self.replicas[nxt.deployment])
+                seq = new_sequence(
+                    nxt.prompt_tokens, nxt.output_tokens, t_arr, nxt.cached_tokens, nxt.tag
+                )
+                if not sched.fits_ever(seq):
+                    if self.on_reject:
+                        self.on_reject(nxt, "too_large")
+                elif not sched.submit(seq):
+                    if self.on_reject:
+                        self.on_reject(nxt, "overloaded")
+                elif id(sched) not in queued:
+                    queued.add(id(sched))
+                    heapq.heappush(ready, (max(t_arr, sched.busy_until), next(counter), sched))
+                nxt = next(it, None)
+                continue
+            start, _, sched = heapq.heappop(ready)
+            queued.discard(id(sched))
+            self.now = start
+            result = self._step(sched, start, t_arr)
+            if result is None:
+                continue
+            end = max(end, result.end)
+            if sched.has_work:
+                queued.add(id(sched))
+                heapq.heappush(ready, (result.end, next(counter), sched))
+        return end
+
+    def _step(self, sched: Scheduler, start: float, next_arrival: float) -> StepResult | None:
+        name = self.names[id(sched)]
+        on_step = self.on_step
+        if self.steady and sched.steady():
+            first = sched.step_index + 1
+            result, dt0, dt1 = sched.run_steady(start, next_arrival)
+            steps = result.index - first + 1
+            self.steps += steps
+            if on_step is not None:
+                on_step(name, dt0, result.decode_tokens, result.batch, steps, dt1)
+        else:
+            result = sched.step(start)
+            if result is None:
+                return None
+            if on_step is not None:
+                dt = result.end - result.start
+                on_step(name, dt, result.decode_tokens, result.batch, 1, dt)
+            self.steps += 1
+        if self.on_first_token is not None:
+            for seq in result.first_tokens:
+                self.on_first_token(seq)
+        if self.on_finish is not None:
+            for seq in result.finished:
+                self.on_finish(seq)
+        return result

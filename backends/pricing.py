@@ -1,0 +1,52 @@
+"""Prices per tier: given for the reference tier, derived from hardware cost for the others.
+
+A token's cost to the provider is the hardware's price for the time of one step, shared by the
+sequences of that step: ``chips x hourly price x step time / batch``. The fast tier runs the
+same model on the same hardware with a ~15x smaller batch, so each of its tokens carries ~15x the
+hardware time while arriving ~2.5x sooner: ~6x the price. Deriving it instead of typing it in is
+the point: change the batch or the hardware and the price follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .perf import Placement, prefill_attention_context
+from .scheduler import Background
+
+
+@dataclass(frozen=True)
+class Prices:
+    """USD per million tokens."""
+
+    input: float
+    cached_input: float
+    output: float
+
+    def scaled(self, factor: float) -> Prices:
+        return Prices(self.input * factor, self.cached_input * factor, self.output * factor)
+
+    def cost(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> float:
+        """USD for one request; ``prompt_tokens`` includes the cached ones."""
+        fresh = prompt_tokens - cached_tokens
+        return (
+            fresh * self.input + cached_tokens * self.cached_input + output_tokens * self.output
+        ) / 1e6
+
+
+def hardware_cost_per_token(placement: Placement, background: Background) -> float:
+    """USD of hardware time per output token at the deployment's modeled operating point.
+
+    The operating point is the background load plus one more sequence (the user's).
+    """
+    batch = background.seqs + 1
+    step = placement.step_seconds(
+        batch,
+        batch * background.context_tokens,
+        background.prefill_tokens_per_step,
+        prefill_attention_context(
+            background.prefill_tokens_per_step, background.context_tokens // 2
+        ),
+    )
+    hourly = placement.chips * placement.hardware.price_per_hour_usd
+    return hourly / 3600.0 * step / batch

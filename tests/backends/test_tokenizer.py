@@ -1,0 +1,111 @@
+"""The shared tokenizer: lossless, prefix-stable, and plausibly BPE-sized."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.tokenizer import (
+    IMAGE_TOKENS,
+    MESSAGE_OVERHEAD,
+    REPLY_PRIMING,
+    count_chat_prompt,
+    count_tokens,
+    tokenize,
+)
+
+PROSE = (
+    "The scheduler admits a new request at the next step once a slot is free. Continuous "
+    "batching keeps the accelerator busy: each decode step produces one token for every running "
+    "sequence, and new requests join between steps. Memory bandwidth, not compute, limits "
+    "decoding at small batch sizes, which is why fast modes serve fewer users per replica. In "
+    "practice, the first token arrives after the prompt has been processed, and the rest follow "
+    "at a steady pace until the model stops or the budget runs out."
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_round_trip_and_count_agree(text: str) -> None:
+    tokens = tokenize(text)
+    assert "".join(tokens) == text
+    assert all(tokens)  # no empty tokens
+    assert count_tokens(text) == len(tokens)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab 1,\n\t_é")), st.integers(0, 50))
+def test_prefix_of_tokens_retokenizes_identically(text: str, k: int) -> None:
+    """Cutting output at a token boundary must not change the tokens before the cut."""
+    tokens = tokenize(text)[:k]
+    assert tokenize("".join(tokens)) == tokens
+
+
+def test_splitting_rules() -> None:
+    assert tokenize("Hello, world") == ["Hello", ",", " world"]
+    assert tokenize(" tokenizer") == [" tokeni", "zer"]  # letters capped at 6
+    assert tokenize("12345") == ["123", "45"]  # digits in groups of 3
+    assert tokenize("a  b") == ["a", " ", " b"]  # last space joins the word
+    assert tokenize("x\n\ny") == ["x", "\n\n", "y"]  # a newline run is one token
+    assert tokenize("snake_case") == ["snake", "_", "case"]
+    assert count_tokens("") == 0
+
+
+def test_english_prose_is_bpe_sized() -> None:
+    n = count_tokens(PROSE)
+    assert 3.0 <= len(PROSE) / n <= 5.5
+    assert 1.0 <= n / len(PROSE.split()) <= 1.6
+
+
+def test_chat_prompt_plain_string() -> None:
+    msgs = [{"role": "user", "content": "Hello there"}]
+    expected = REPLY_PRIMING + MESSAGE_OVERHEAD + count_tokens("user") + count_tokens("Hello there")
+    assert count_chat_prompt(msgs) == expected
+
+
+def test_chat_prompt_none_parts_images_and_tool_calls() -> None:
+    base = REPLY_PRIMING
+    msgs = [
+        {"role": "system", "content": None},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Describe"},
+                {"type": "input_text", "text": " this"},
+                {"type": "image_url", "image_url": {"url": "data:..."}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "user", "name": "alex", "content": "thanks"},
+    ]
+    expected = base + 5 * MESSAGE_OVERHEAD
+    expected += sum(count_tokens(r) for r in ("system", "user", "assistant", "tool", "user"))
+    expected += count_tokens("Describe") + count_tokens(" this") + IMAGE_TOKENS
+    expected += count_tokens("get_weather") + count_tokens('{"city":"Paris"}')
+    expected += count_tokens("call_1") + count_tokens("sunny")
+    expected += count_tokens("alex") + count_tokens("thanks")
+    assert count_chat_prompt(msgs) == expected
+
+
+def test_chat_prompt_counts_tools_as_compact_sorted_json() -> None:
+    msgs = [{"role": "user", "content": "hi"}]
+    tool = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
+    }
+    text = json.dumps(tool, sort_keys=True, separators=(",", ":"))
+    assert count_chat_prompt(msgs, [tool]) == count_chat_prompt(msgs) + count_tokens(text)
+    assert count_chat_prompt(msgs, None) == count_chat_prompt(msgs, [])
