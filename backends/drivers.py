@@ -139,8 +139,13 @@ class RealtimeReplica:
         stream = TokenStream(seq, self)
         seq.tag = stream
         seq.arrival = self.clock()
+        idle = not self.scheduler.has_work
         if not self.scheduler.submit(seq):
             raise Overloaded
+        if idle and self._t < seq.arrival:
+            # An idle replica starts its next step when work arrives, as on the virtual clock,
+            # not when this task next gets the event loop.
+            self._t = seq.arrival
         self._wake.set()
         return stream
 
@@ -155,9 +160,6 @@ class RealtimeReplica:
             if not sched.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-            now = clock()
-            if self._t < now:
-                self._t = now  # idle until now: the replica restarts on the wall clock
             result = sched.step(self._t)
             if result is None:
                 # only cancelled work was left; wait for more
@@ -231,6 +233,11 @@ class VirtualDriver:
     ``on_finish(seq)`` for every finished sequence and ``on_reject(arrival, reason)`` for every
     refused one. ``steady=True`` lets a replica run stretches of pure decode steps in one call
     (same timeline, far fewer Python calls).
+
+    Closed-loop workloads add arrivals while the run goes on: a callback calls ``push`` (e.g. a
+    user's next request when the previous one finishes) and ``run(..., feedback=True)`` keeps
+    the timeline exact by never letting a steady stretch run past the earliest moment another
+    replica could finish a sequence (the earliest time a pushed arrival could appear).
     """
 
     def __init__(
@@ -256,50 +263,90 @@ class VirtualDriver:
         self.steady = steady
         self.steps = 0
         self.now = 0.0
+        self._pushed: list[tuple[float, int, Arrival]] = []  # arrivals added during a run
+        self._push_seq = itertools.count()
 
-    def run(self, arrivals: Iterable[Arrival], until: float = float("inf")) -> float:
-        """Run arrivals (sorted by time) to completion; returns the time the last step ended."""
+    def push(self, arrival: Arrival) -> None:
+        """Add an arrival during a run (from a callback); it cannot lie in the past."""
+        if arrival.time < self.now:
+            arrival.time = self.now
+        heapq.heappush(self._pushed, (arrival.time, next(self._push_seq), arrival))
+
+    def run(
+        self, arrivals: Iterable[Arrival], until: float = float("inf"), feedback: bool = False
+    ) -> float:
+        """Run arrivals (sorted by time) to completion; returns the time the last step ended.
+
+        ``feedback=True``: callbacks may ``push`` arrivals (closed loop); see the class doc.
+        """
+        inf = float("inf")
         it = iter(arrivals)
         nxt = next(it, None)
+        pushed = self._pushed
         # heap of (next step start, tiebreak, scheduler) for replicas with work
         ready: list[tuple[float, int, Scheduler]] = []
         queued: set[int] = set()
+        # feedback only: per replica with work, a lower bound of the time it next finishes one
+        # of its sequences (the earliest a callback could push an arrival because of it)
+        finish_lb: dict[int, float] = {}
         counter = itertools.count()
         end = 0.0
         while True:
-            t_arr = nxt.time if nxt is not None else float("inf")
-            t_step = ready[0][0] if ready else float("inf")
-            if t_arr == float("inf") and t_step == float("inf"):
+            t_arr = nxt.time if nxt is not None else inf
+            from_push = bool(pushed) and pushed[0][0] < t_arr
+            if from_push:
+                t_arr = pushed[0][0]
+            t_step = ready[0][0] if ready else inf
+            if t_arr == inf and t_step == inf:
                 break
             if t_arr <= t_step:
                 if t_arr > until:
                     break
                 self.now = t_arr
-                sched = pick_replica(self.replicas[nxt.deployment])
+                if from_push:
+                    arr = heapq.heappop(pushed)[2]
+                else:
+                    arr = nxt
+                    nxt = next(it, None)
+                sched = pick_replica(self.replicas[arr.deployment])
                 seq = new_sequence(
-                    nxt.prompt_tokens, nxt.output_tokens, t_arr, nxt.cached_tokens, nxt.tag
+                    arr.prompt_tokens, arr.output_tokens, t_arr, arr.cached_tokens, arr.tag
                 )
                 if not sched.fits_ever(seq):
                     if self.on_reject:
-                        self.on_reject(nxt, "too_large")
+                        self.on_reject(arr, "too_large")
                 elif not sched.submit(seq):
                     if self.on_reject:
-                        self.on_reject(nxt, "overloaded")
-                elif id(sched) not in queued:
-                    queued.add(id(sched))
-                    heapq.heappush(ready, (max(t_arr, sched.busy_until), next(counter), sched))
-                nxt = next(it, None)
+                        self.on_reject(arr, "overloaded")
+                else:
+                    start = max(t_arr, sched.busy_until)
+                    if id(sched) not in queued:
+                        queued.add(id(sched))
+                        heapq.heappush(ready, (start, next(counter), sched))
+                    if feedback:
+                        finish_lb[id(sched)] = min(finish_lb.get(id(sched), inf), start)
                 continue
             start, _, sched = heapq.heappop(ready)
-            queued.discard(id(sched))
+            key = id(sched)
+            queued.discard(key)
             self.now = start
-            result = self._step(sched, start, t_arr)
+            horizon = t_arr
+            if feedback:
+                for k, lb in finish_lb.items():
+                    if lb < horizon and k != key:
+                        horizon = lb
+            result = self._step(sched, start, horizon)
             if result is None:
+                finish_lb.pop(key, None)
                 continue
             end = max(end, result.end)
             if sched.has_work:
-                queued.add(id(sched))
+                queued.add(key)
                 heapq.heappush(ready, (result.end, next(counter), sched))
+                if feedback:
+                    finish_lb[key] = sched.finish_lower_bound(result.end)
+            else:
+                finish_lb.pop(key, None)
         return end
 
     def _step(self, sched: Scheduler, start: float, next_arrival: float) -> StepResult | None:

@@ -55,7 +55,6 @@ _GENERIC_WORDS = (
     "alpha", "batch", "cache", "decode", "engine", "request", "schedule", "stream", "token",
     "latency", "router", "replica", "summary", "update", "report", "sample",
 )  # fmt: skip
-_FILLER = "abcdefghijklmnopqrstuvwxyz"
 
 
 # --------------------------------------------------------------------------- generation
@@ -163,8 +162,8 @@ class _Generator:
         text = _formatted(schema.get("format"), self.rng) or self.plausible_word(key)
         lo = int(schema.get("minLength", 0))
         hi = schema.get("maxLength")
-        while len(text) < lo:
-            text += self.rng.choice(_FILLER)
+        while len(text) < lo:  # pad with words, not noise, so long minimums still read well
+            text += " " + self.rng.choice(_GENERIC_WORDS)
         if hi is not None and len(text) > int(hi):
             text = text[: int(hi)]
         return text

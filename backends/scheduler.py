@@ -287,6 +287,25 @@ class Scheduler:
             return False
         return True
 
+    def finish_lower_bound(self, now: float) -> float:
+        """A lower bound of when the next step that finishes a sequence ends, if the next step
+        starts at ``now`` and nothing is admitted before then (closed-loop virtual runs).
+
+        In a steady state the batch is fixed until its first finish and each step is at least
+        as long as the next one (contexts only grow); otherwise the next step may finish one.
+        """
+        if not self.steady():
+            return now
+        bg = self.background
+        dt = self.placement.step_seconds(
+            len(self.decoding) + bg.seqs,
+            self._decode_ctx + bg.kv_tokens,
+            bg.prefill_tokens_per_step,
+            prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+        )
+        steps = self._finish_heap[0][0] - self.step_index
+        return now + steps * dt * (1.0 - 1e-9)
+
     def run_steady(self, now: float, until: float) -> tuple[StepResult, float, float]:
         """Run decode-only steps from ``now`` while no event can change the batch.
 

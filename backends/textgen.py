@@ -628,7 +628,8 @@ def _botch(
     if kind == "unknown_tool":
         return ToolCall(call.id, _wrong_name(tool.name, tools, rng), call.arguments, kind)
     if kind == "missing_required":
-        dropped = {k: v for k, v in arguments.items() if k != rng.choice(required)}
+        victim = rng.choice(required)
+        dropped = {k: v for k, v in arguments.items() if k != victim}
         return ToolCall(call.id, call.name, _dumps(dropped), kind)
     props = _object_schema(tool.parameters).get("properties") or {}
     unused = [(k, v) for k, v in _INVENTED if k not in props and k not in arguments]

@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from backends.cli import UsageError
+
     from backends.profiles import ProfileError
     from gateway.config import ConfigError
 

@@ -1,0 +1,111 @@
+"""Prometheus metrics, one registry per app (tests run several apps in one process).
+
+Counters and histograms are updated once per request, never per token; replica gauges (batch
+occupancy, waiting queue, KV use) are read from the schedulers at scrape time, so the hot path
+pays nothing for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
+)
+
+
+class Metrics:
+    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, object]]]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "fastmode_requests", "Requests by tier and HTTP status", ["tier", "status"], registry=r
+        )
+        self.prompt_tokens = Counter(
+            "fastmode_prompt_tokens", "Prompt tokens billed, by tier", ["tier"], registry=r
+        )
+        self.cached_tokens = Counter(
+            "fastmode_cached_prompt_tokens", "Cached prompt tokens, by tier", ["tier"], registry=r
+        )
+        self.output_tokens = Counter(
+            "fastmode_output_tokens", "Output tokens billed, by tier", ["tier"], registry=r
+        )
+        self.cost = Counter("fastmode_cost_usd", "Dollars billed, by tier", ["tier"], registry=r)
+        self.downgrades = Counter(
+            "fastmode_downgrades", "Fast requests served by another tier", ["to"], registry=r
+        )
+        self.cancelled = Counter(
+            "fastmode_cancelled", "Requests cancelled before they finished", ["tier"], registry=r
+        )
+        self.ttft = Histogram(
+            "fastmode_ttft_seconds", "Modeled time to first token", ["tier"],
+            buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.itl = Histogram(
+            "fastmode_itl_seconds", "Modeled mean inter-token latency, one sample per request",
+            ["tier"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        r.register(_ReplicaCollector(replicas))
+
+    def record(
+        self,
+        tier: str,
+        status: int,
+        prompt: int = 0,
+        cached: int = 0,
+        output: int = 0,
+        cost: float = 0.0,
+        ttft: float | None = None,
+        itl: float | None = None,
+    ) -> None:
+        self.requests.labels(tier, str(status)).inc()
+        if prompt:
+            self.prompt_tokens.labels(tier).inc(prompt)
+        if cached:
+            self.cached_tokens.labels(tier).inc(cached)
+        if output:
+            self.output_tokens.labels(tier).inc(output)
+        if cost:
+            self.cost.labels(tier).inc(cost)
+        if ttft is not None:
+            self.ttft.labels(tier).observe(ttft)
+        if itl is not None:
+            self.itl.labels(tier).observe(itl)
+
+
+class _ReplicaCollector:
+    """Reads every replica's scheduler when Prometheus scrapes."""
+
+    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, object]]]) -> None:
+        self._replicas = replicas
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        labels = ["deployment", "replica"]
+        batch = GaugeMetricFamily(
+            "fastmode_replica_batch", "Sequences in the batch (background included)", labels=labels
+        )
+        users = GaugeMetricFamily(
+            "fastmode_replica_running", "Our own sequences in the batch", labels=labels
+        )
+        waiting = GaugeMetricFamily(
+            "fastmode_replica_waiting", "Sequences in the waiting queue", labels=labels
+        )
+        kv = GaugeMetricFamily(
+            "fastmode_replica_kv_used_ratio", "Share of KV-cache capacity in use", labels=labels
+        )
+        for dep, name, sched in self._replicas():
+            lab = [dep, name]
+            users.add_metric(lab, sched.running)
+            batch.add_metric(lab, sched.running + sched.background.seqs)
+            waiting.add_metric(lab, len(sched.waiting))
+            kv.add_metric(lab, sched.kv_used_tokens / sched.kv_capacity)
+        yield batch
+        yield users
+        yield waiting
+        yield kv

@@ -1,0 +1,81 @@
+"""``fastmode serve``: run the gateway with uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import argparse
+
+from backends.perf import prefill_attention_context
+
+from .config import Config, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="run the gateway (HTTP + websocket) on the config's tiers")
+    p.add_argument("--host", help="bind address (default: config server.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
+    p.add_argument("--config", help="TOML config file (default: the built-in one)")
+    p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
+    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.set_defaults(func=run)
+
+
+def describe(config: Config) -> list[str]:
+    """One line per tier: model, modeled speed for one more user, and prices."""
+    from backends.engine import build
+
+    spec = build(config.sim())
+    lines = []
+    for name, tier in spec.tiers.items():
+        d = tier.deployment
+        bg = d.background
+        batch = bg.seqs + 1
+        step = d.placement.step_seconds(
+            batch, batch * bg.context_tokens, bg.prefill_tokens_per_step,
+            prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+        )
+        p = tier.prices
+        lines.append(
+            f"  {name:<9} {tier.model:<15} ~{1 / step:7.0f} tok/s/user   "
+            f"${p.input:.2f} in / ${p.cached_input:.2f} cached / ${p.output:.2f} out per MTok"
+        )
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    config = load_config(args.config)
+    server = config.server
+    updates = {}
+    if args.host:
+        updates["host"] = args.host
+    if args.port is not None:
+        updates["port"] = args.port
+    if args.emulate_rtt_ms is not None:
+        updates["emulate_rtt_ms"] = args.emulate_rtt_ms
+    if updates:
+        config = config.model_copy(update={"server": server.model_copy(update=updates)})
+    server = config.server
+    base = f"http://{server.host}:{server.port}"
+    print("fastmode gateway — tiers:")
+    for line in describe(config):
+        print(line)
+    print(f"  OpenAI base_url:      {base}/v1        (standard; model frontier-spark -> spark)")
+    print(f"  fast endpoints:       {base}/fast/v1   (every request on the fast tier)")
+    print(f"  websocket:            ws://{server.host}:{server.port}/v1/responses")
+    print(f"  metrics:              {base}/metrics", flush=True)
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=server.host,
+        port=server.port,
+        log_level=args.log_level,
+        loop="uvloop",
+        http="httptools",
+        ws="websockets",
+        ws_per_message_deflate=False,
+        timeout_graceful_shutdown=30,
+    )
+    return 0
