@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -225,6 +226,57 @@ class Arrival:
     tag: object = None
 
 
+class _Lookahead:
+    """Arrivals read ahead from a time-sorted iterable, indexed by deployment.
+
+    A replica's steady stretch only has to stop for the next arrival to its own deployment;
+    reading a bounded number of arrivals ahead tells when that is (or a lower bound of it).
+    """
+
+    LIMIT = 256  # arrivals buffered at most
+
+    def __init__(self, arrivals: Iterable[Arrival]) -> None:
+        self._it = iter(arrivals)
+        self._buf: deque[Arrival] = deque()
+        self._by_dep: dict[str, deque[float]] = {}
+        self._last = 0.0  # time of the last arrival read: every unread one comes later
+        self._done = False
+
+    def _read(self) -> None:
+        a = next(self._it, None)
+        if a is None:
+            self._done = True
+            return
+        self._buf.append(a)
+        q = self._by_dep.get(a.deployment)
+        if q is None:
+            q = self._by_dep[a.deployment] = deque()
+        q.append(a.time)
+        self._last = a.time
+
+    def peek_time(self) -> float:
+        if not self._buf and not self._done:
+            self._read()
+        return self._buf[0].time if self._buf else float("inf")
+
+    def pop(self) -> Arrival:
+        a = self._buf.popleft()
+        self._by_dep[a.deployment].popleft()
+        return a
+
+    def next_for(self, deployment: str) -> float:
+        """The time of the next arrival to ``deployment``, or a lower bound of it."""
+        q = self._by_dep.get(deployment)
+        while not q:
+            if self._done:
+                return float("inf")
+            if len(self._buf) >= self.LIMIT:
+                return self._last
+            self._read()
+            q = self._by_dep.get(deployment)
+        return q[0]
+
+
 class VirtualDriver:
     """Discrete-event driver: replicas step at modeled times, arrivals are events; no sleeping.
 
@@ -256,6 +308,7 @@ class VirtualDriver:
         self.names = {
             id(s): f"{name}-{i}" for name, rs in self.replicas.items() for i, s in enumerate(rs)
         }
+        self._deployment = {id(s): name for name, rs in self.replicas.items() for s in rs}
         self.on_step = on_step
         self.on_finish = on_finish
         self.on_reject = on_reject
@@ -280,8 +333,7 @@ class VirtualDriver:
         ``feedback=True``: callbacks may ``push`` arrivals (closed loop); see the class doc.
         """
         inf = float("inf")
-        it = iter(arrivals)
-        nxt = next(it, None)
+        ahead = _Lookahead(arrivals)
         pushed = self._pushed
         # heap of (next step start, tiebreak, scheduler) for replicas with work
         ready: list[tuple[float, int, Scheduler]] = []
@@ -292,7 +344,7 @@ class VirtualDriver:
         counter = itertools.count()
         end = 0.0
         while True:
-            t_arr = nxt.time if nxt is not None else inf
+            t_arr = ahead.peek_time()
             from_push = bool(pushed) and pushed[0][0] < t_arr
             if from_push:
                 t_arr = pushed[0][0]
@@ -303,11 +355,7 @@ class VirtualDriver:
                 if t_arr > until:
                     break
                 self.now = t_arr
-                if from_push:
-                    arr = heapq.heappop(pushed)[2]
-                else:
-                    arr = nxt
-                    nxt = next(it, None)
+                arr = heapq.heappop(pushed)[2] if from_push else ahead.pop()
                 sched = pick_replica(self.replicas[arr.deployment])
                 seq = new_sequence(
                     arr.prompt_tokens, arr.output_tokens, t_arr, arr.cached_tokens, arr.tag
@@ -330,7 +378,11 @@ class VirtualDriver:
             key = id(sched)
             queued.discard(key)
             self.now = start
-            horizon = t_arr
+            # A steady stretch must stop for the next arrival that could reach this replica:
+            # arrivals to other deployments cannot (routing stays within a deployment).
+            horizon = ahead.next_for(self._deployment[key])
+            if pushed and pushed[0][0] < horizon:
+                horizon = pushed[0][0]
             if feedback:
                 for k, lb in finish_lb.items():
                     if lb < horizon and k != key:

@@ -18,9 +18,15 @@ class LogHistogram:
     weights: dict[int, float] = field(default_factory=dict)
     total: float = 0.0
     weighted_sum: float = 0.0  # sum of value x weight: the exact mean
+    _inv_log_base: float = field(init=False, repr=False, default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.base > 1:
+            raise ValueError(f"base: must be > 1, got {self.base}")
+        self._inv_log_base = 1.0 / math.log(self.base)
 
     def _index(self, x: float) -> int:
-        return math.floor(math.log(x) / math.log(self.base))
+        return math.floor(math.log(x) * self._inv_log_base)
 
     def add(self, x: float, weight: float = 1.0) -> None:
         if weight <= 0 or x <= 0:

@@ -145,8 +145,13 @@ class Scheduler:
         return seq.kv_reserved <= self.kv_capacity - self.background.kv_tokens
 
     def submit(self, seq: Sequence) -> bool:
-        """Queue a sequence. False when the waiting queue is full: the replica is overloaded."""
-        if len(self.waiting) >= self.limits.max_waiting:
+        """Queue a sequence. False when the waiting queue is full: the replica is overloaded.
+
+        Sequences that a free slot will take at the next step do not count against
+        ``max_waiting``: it bounds those that must wait for a slot to free up.
+        """
+        free_slots = self.limits.max_batch - self.background.seqs - self.running
+        if len(self.waiting) >= self.limits.max_waiting + max(0, free_slots):
             return False
         seq.state = WAITING
         self.waiting.append(seq)

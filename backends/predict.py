@@ -1,0 +1,214 @@
+"""Steady-state predictions: what one request sees on a placement or on a tier of the config.
+
+``predict_placement`` is the closed-form answer for a model on hardware at a given batch (the
+roofline of ``perf.py``, no scheduler); ``predict_tier`` runs one request through the virtual
+driver on a configured deployment under its background load, which is what a lone user of that
+tier sees. Both return plain dicts (the ``--json`` output of ``fastmode predict``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .drivers import Arrival, VirtualDriver
+from .engine import EngineSpec
+from .perf import Placement, StepTime, prefill_attention_context
+from .profiles import Catalog
+from .scheduler import Sequence
+
+
+class PredictError(ValueError):
+    """A prediction's input is invalid; the message names the field and what is allowed."""
+
+
+def _positive(name: str, value: int | float) -> None:
+    if not value > 0:
+        raise PredictError(f"{name}: must be > 0, got {value}")
+
+
+def _check_context(
+    model_name: str, window: int, prompt_tokens: int, output_tokens: int
+) -> None:
+    if prompt_tokens >= window:
+        raise PredictError(
+            f"prompt-tokens: {prompt_tokens} does not fit the context window of "
+            f"{model_name} ({window} tokens)"
+        )
+    if prompt_tokens + output_tokens > window:
+        raise PredictError(
+            f"output-tokens: {prompt_tokens} prompt + {output_tokens} output tokens exceed the "
+            f"context window of {model_name} ({window} tokens); at most "
+            f"{window - prompt_tokens} output tokens"
+        )
+
+
+def _breakdown(step: StepTime) -> dict[str, float]:
+    return dict(step.breakdown)
+
+
+def placement_summary(p: Placement) -> dict[str, Any]:
+    return {
+        "model": p.model.name,
+        "hardware": p.hardware.name,
+        "chips": p.chips,
+        "precision": p.precision,
+        "weights_gb": p.weight_bytes / 1e9,
+        "usable_memory_gb": p.usable_memory_bytes / 1e9,
+        "kv_bytes_per_token": p.kv_bytes_per_token,
+        "kv_capacity_tokens": p.kv_capacity_tokens,
+    }
+
+
+def predict_placement(
+    catalog: Catalog,
+    model: str,
+    hardware: str,
+    chips: int,
+    precision: str,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    max_batched_tokens: int = 8192,
+) -> dict[str, Any]:
+    """Steady state of ``batch`` sequences, each ``prompt_tokens`` in, ``output_tokens`` out.
+
+    ITL: one decode step of the whole batch at the mean context (prompt + output/2). TTFT: the
+    prompt prefilled in chunks of the token budget left beside the other B-1 decoders.
+    """
+    m = catalog.get_model(model)
+    hw = catalog.get_hardware(hardware)
+    _positive("chips", chips)
+    _positive("batch", batch)
+    _positive("prompt-tokens", prompt_tokens)
+    _positive("output-tokens", output_tokens)
+    _positive("max-batched-tokens", max_batched_tokens)
+    p = Placement(m, hw, chips, precision)
+    _check_context(m.name, m.context_window, prompt_tokens, output_tokens)
+    need = batch * (prompt_tokens + output_tokens)
+    if need > p.kv_capacity_tokens:
+        fits = p.kv_capacity_tokens // (prompt_tokens + output_tokens)
+        raise PredictError(
+            f"batch: {batch} sequences of {prompt_tokens + output_tokens} tokens need {need} "
+            f"tokens of KV cache; {m.name} on {chips} x {hw.name} at {precision} holds "
+            f"{p.kv_capacity_tokens} (batch at most {fits})"
+        )
+    ctx = prompt_tokens + output_tokens / 2
+    others = batch - 1
+    chunk = max(1, max_batched_tokens - others)
+    ttft = p.prefill_seconds(prompt_tokens, chunk, others, others * ctx)
+    step = p.step(batch, batch * ctx)
+    itl = step.total_s
+    hourly = chips * hw.price_per_hour_usd
+    return {
+        "mode": "placement",
+        **placement_summary(p),
+        "batch": batch,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "max_batched_tokens": max_batched_tokens,
+        "ttft_s": ttft,
+        "itl_s": itl,
+        "e2e_s": ttft + (output_tokens - 1) * itl,
+        "output_tokens_per_s_per_user": 1.0 / itl,
+        "output_tokens_per_s_total": batch / itl,
+        "bound": step.bound,
+        "step_breakdown_s": _breakdown(step),
+        "hardware_usd_per_hour": hourly,
+        "hardware_usd_per_million_output_tokens": hourly / 3600 * itl / batch * 1e6,
+    }
+
+
+def predict_tier(
+    spec: EngineSpec,
+    tier_name: str,
+    prompt_tokens: int = 2000,
+    output_tokens: int = 500,
+    reference_tier: str = "standard",
+) -> dict[str, Any]:
+    """One request alone on the tier's deployment, beside the deployment's background load.
+
+    ``reference_tier`` is the config's ``pricing.reference_tier``: price and hardware-cost
+    factors are relative to it.
+    """
+    try:
+        tier = spec.tiers[tier_name]
+    except KeyError:
+        raise PredictError(
+            f"tier: unknown {tier_name!r}; allowed: {', '.join(sorted(spec.tiers))}"
+        ) from None
+    _positive("prompt-tokens", prompt_tokens)
+    _positive("output-tokens", output_tokens)
+    dep = tier.deployment
+    p, bg = dep.placement, dep.background
+    _check_context(p.model.name, p.model.context_window, prompt_tokens, output_tokens)
+
+    done: list[Sequence] = []
+    rejected: list[str] = []
+    driver = VirtualDriver(
+        {dep.name: dep},
+        on_finish=done.append,
+        on_reject=lambda _a, reason: rejected.append(reason),
+    )
+    driver.run([Arrival(0.0, dep.name, prompt_tokens, output_tokens)])
+    if rejected or not done:
+        free = p.kv_capacity_tokens - bg.kv_tokens
+        raise PredictError(
+            f"prompt-tokens: a request of {prompt_tokens + output_tokens} tokens does not fit "
+            f"the KV cache left by the background load of tier {tier_name!r} ({free} tokens)"
+        )
+    seq = done[0]
+    ttft = seq.first_token_at - seq.arrival
+    batch = bg.seqs + 1
+    ctx = prompt_tokens + output_tokens / 2
+    step = p.step(
+        batch,
+        bg.kv_tokens + ctx,
+        bg.prefill_tokens_per_step,
+        prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+    )
+    if output_tokens > 1:
+        itl = (seq.finished_at - seq.first_token_at) / (output_tokens - 1)
+    else:
+        itl = step.total_s
+    ref_name = reference_tier
+    ref = spec.tiers[ref_name]
+    hw_factor = dep.cost_per_token / ref.deployment.cost_per_token
+    price_factor = (
+        tier.derived_price_factor
+        if tier.derived_price_factor is not None
+        else (tier.prices.output / ref.prices.output if ref.prices.output else math.nan)
+    )
+    return {
+        "mode": "tier",
+        "tier": tier_name,
+        "deployment": dep.name,
+        **placement_summary(p),
+        "replicas": dep.replicas,
+        "max_batch": dep.limits.max_batch,
+        "max_batched_tokens": dep.limits.max_batched_tokens,
+        "background_seqs": bg.seqs,
+        "background_context_tokens": bg.context_tokens,
+        "background_prefill_tokens_per_step": bg.prefill_tokens_per_step,
+        "batch": batch,
+        "prompt_tokens": prompt_tokens,
+        "output_tokens": output_tokens,
+        "ttft_s": ttft,
+        "itl_s": itl,
+        "e2e_s": seq.finished_at - seq.arrival,
+        "output_tokens_per_s_per_user": 1.0 / itl,
+        "output_tokens_per_s_total": batch / itl,
+        "bound": step.bound,
+        "step_breakdown_s": _breakdown(step),
+        "prices_usd_per_million_tokens": {
+            "input": tier.prices.input,
+            "cached_input": tier.prices.cached_input,
+            "output": tier.prices.output,
+        },
+        "reference_tier": ref_name,
+        "price_factor": price_factor,
+        "price_derived": tier.derived_price_factor is not None,
+        "hardware_cost_factor": hw_factor,
+        "hardware_usd_per_million_output_tokens": dep.cost_per_token * 1e6,
+    }
+

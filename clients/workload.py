@@ -1,0 +1,271 @@
+"""What ``fastmode bench`` sends: length distributions, tier routes, prompts and tools.
+
+A request is described by a ``RequestSpec`` (tier, messages, max_tokens, tools) whichever way the
+workload is given: drawn from flags by a seeded ``Sampler`` or read from a JSONL trace
+(``clients.trace``). ``Route`` says where a tier's requests go (base path and model id).
+
+Prompts are built from short words (at most 6 letters, letters only): fastmode's tokenizer
+counts each such word as one token and a one-message chat prompt as its words plus 7 framing
+tokens, so a prompt of N tokens is N - 7 words. Real tokenizers land within ~10-20% of that.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+DIST_KINDS = ("fixed", "uniform", "lognormal")
+LOGNORMAL_SIGMA = 0.8  # same spread as `fastmode simulate` (p99 ~6x the median)
+CHAT_FRAMING_TOKENS = 7  # 3 per message + role + 3 priming the reply (OpenAI cookbook recipe)
+TOOL_MIN_MAX_TOKENS = 256  # tool calls are not capped below this: truncated JSON is not a botch
+
+
+class WorkloadError(ValueError):
+    """A workload flag is invalid; the message names it."""
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Token counts with a given mean: fixed, uniform on [mean/2, 3*mean/2], or lognormal."""
+
+    kind: str
+    mean: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in DIST_KINDS:
+            raise WorkloadError(
+                f"distribution: unknown {self.kind!r}; allowed: {', '.join(DIST_KINDS)}"
+            )
+        if self.mean <= 0:
+            raise WorkloadError(f"mean length: must be > 0, got {self.mean}")
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return self.mean
+        if self.kind == "uniform":
+            lo = max(1, self.mean // 2)
+            return rng.randint(lo, max(lo, 2 * self.mean - lo))
+        mu = math.log(self.mean) - LOGNORMAL_SIGMA**2 / 2
+        return max(1, round(rng.lognormvariate(mu, LOGNORMAL_SIGMA)))
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one tier's requests go: ``{url}{path}/chat/completions`` with ``model``."""
+
+    path: str
+    model: str
+
+
+DEFAULT_ROUTES: dict[str, Route] = {
+    "standard": Route("/v1", "frontier"),
+    "fast": Route("/fast/v1", "frontier"),
+    "spark": Route("/v1", "frontier-spark"),
+}
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``standard=0.7,fast=0.2,spark=0.1`` -> shares normalised to sum 1 (zeros dropped)."""
+    mix: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise WorkloadError(f"--mix: expected TIER=SHARE, got {part!r}")
+        try:
+            share = float(value)
+        except ValueError:
+            raise WorkloadError(f"--mix: share of {name!r} is not a number: {value!r}") from None
+        if not share >= 0 or math.isinf(share):
+            raise WorkloadError(f"--mix: share of {name!r} must be >= 0, got {value}")
+        mix[name] = mix.get(name, 0.0) + share
+    total = sum(mix.values())
+    if total <= 0:
+        raise WorkloadError("--mix: the shares add up to 0")
+    return {k: v / total for k, v in mix.items() if v > 0}
+
+
+def parse_routes(overrides: list[str], model: str | None = None) -> dict[str, Route]:
+    """Default fastmode routes, then ``--model M`` (every tier), then ``--tier NAME=MODEL[@PATH]``."""
+    routes = dict(DEFAULT_ROUTES)
+    if model:
+        routes = {name: Route(r.path, model) for name, r in routes.items()}
+    for item in overrides:
+        name, sep, rest = item.partition("=")
+        model_id, at, path = rest.partition("@")
+        if not sep or not name.strip() or not model_id.strip():
+            raise WorkloadError(f"--tier: expected NAME=MODEL[@PATH], got {item!r}")
+        path = path.strip() if at else routes.get(name.strip(), Route("/v1", "")).path
+        if not path.startswith("/"):
+            raise WorkloadError(f"--tier: path must start with '/', got {path!r}")
+        routes[name.strip()] = Route(path.rstrip("/"), model_id.strip())
+    return routes
+
+
+# --------------------------------------------------------------------------- prompts and tools
+
+_WORDS = (
+    "the a of and to in is it for on with as was at by be this from or have an not are but all "
+    "they one had you were her can there use each which she do how their if will up other about "
+    "out many then them these so some would make like him into time has look two more write go "
+    "see number no way could people my than first water been call who oil its now find long "
+    "down day did get come made may part over new sound take only little work know place year "
+    "live me back give most very after thing our just name good sense man think say great where "
+    "help through much before line right too mean old any same tell boy follow came want show "
+    "also around form three small set put end does large must big even such turn here why ask "
+    "went men read need land differ home us move try kind hand photo again change off play "
+    "spell air away animal house point page letter mother answer found study still learn should "
+    "world high every near add food across own below nation plant last school father keep tree "
+    "never start city earth eye light though head under story saw left few while along might "
+    "close seem next hard open sample begin life always those both paper meet got group often "
+    "run import until child side feet car mile night walk white sea began grow took river four "
+    "carry state once book hear stop inside second later miss idea enough eat face watch far "
+    "really almost let above girl maybe hill cut young talk soon list song being leave family"
+).split()
+assert all(len(w) <= 6 and w.isalpha() for w in _WORDS)
+
+
+class PromptBuilder:
+    """Prompts of ~N tokens: slices of a fixed pseudo-random word pool at random offsets."""
+
+    POOL = 1 << 16
+
+    def __init__(self, seed: int) -> None:
+        rng = random.Random(seed ^ 0x5EED)
+        self.pool = rng.choices(_WORDS, k=self.POOL)
+        self.rng = rng
+
+    def text(self, words: int) -> str:
+        words = max(1, words)
+        if words >= self.POOL:
+            reps = words // self.POOL + 1
+            return " ".join((self.pool * reps)[:words])
+        i = self.rng.randrange(self.POOL - words + 1)
+        return " ".join(self.pool[i : i + words])
+
+    def messages(self, prompt_tokens: int) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": self.text(prompt_tokens - CHAT_FRAMING_TOKENS)}]
+
+
+BENCH_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "minLength": 1},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search_docs",
+            "description": "Search the documentation",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1},
+                    "max_results": {"type": "integer", "minimum": 1, "maximum": 50},
+                },
+                "required": ["query", "max_results"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "create_ticket",
+            "description": "Open a ticket in the tracker",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string", "minLength": 1},
+                    "priority": {"type": "string", "enum": ["low", "medium", "high"]},
+                    "labels": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+                },
+                "required": ["title", "priority"],
+                "additionalProperties": False,
+            },
+        },
+    },
+]
+
+
+# --------------------------------------------------------------------------- request specs
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    """One request to send. ``offset``: arrival time from the trace (None when generated)."""
+
+    tier: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    prompt_tokens: int | None = None  # the intended prompt length, when known
+    tools: list[dict[str, Any]] | None = None
+    offset: float | None = None
+    ignore_eos: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlagWorkload:
+    """A workload drawn from flags: tier mix, prompt and output lengths, share with tools."""
+
+    mix: dict[str, float]
+    prompt: LengthDist
+    output: LengthDist
+    tools_share: float = 0.0
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.tools_share <= 1.0:
+            raise WorkloadError(f"--tools-share: must be in [0, 1], got {self.tools_share}")
+        if not self.mix:
+            raise WorkloadError("--mix: empty")
+
+
+class Sampler:
+    """Draws request specs from a ``FlagWorkload``: tier, then prompt and output lengths."""
+
+    def __init__(self, wl: FlagWorkload) -> None:
+        self.wl = wl
+        self.rng = random.Random(wl.seed)
+        self.prompts = PromptBuilder(wl.seed)
+        self.names = list(wl.mix)
+        acc, self.cum = 0.0, []
+        for name in self.names:
+            acc += wl.mix[name]
+            self.cum.append(acc)
+
+    def draw(self) -> RequestSpec:
+        u = self.rng.random() * self.cum[-1]
+        i = 0
+        while i < len(self.cum) - 1 and u >= self.cum[i]:
+            i += 1
+        prompt = max(CHAT_FRAMING_TOKENS + 1, self.wl.prompt.sample(self.rng))
+        output = self.wl.output.sample(self.rng)
+        with_tools = self.wl.tools_share > 0 and self.rng.random() < self.wl.tools_share
+        spec = RequestSpec(self.names[i], self.prompts.messages(prompt), output, prompt)
+        if with_tools:
+            spec.tools = BENCH_TOOLS
+            spec.max_tokens = max(output, TOOL_MIN_MAX_TOKENS)
+            spec.ignore_eos = False
+            spec.extra = {"tool_choice": "required"}
+        return spec
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        while True:
+            yield self.draw()
