@@ -17,6 +17,7 @@ streams derived from the same hash, so changing one knob does not reshuffle the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -139,6 +140,7 @@ class Generation:
     text: str
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str  # "stop" | "length" | "tool_calls"
+    stop_sequence: str | None = None  # the stop string that ended the text, if one did
 
     @property
     def output_tokens(self) -> int:
@@ -259,12 +261,20 @@ def _finish_text(text: str, cap: int | None, stop: Sequence[str]) -> Generation:
         text = "".join(tokens)
         finish = "length"
     cut = _stop_index(text, stop)
+    matched = None
     if cut is not None:
+        matched = next(st for st in stop if st and text.startswith(st, cut))
         text = text[:cut]
         tokens = tokenize(text)
         finish = "stop"
-    pieces = tuple(Piece(t) for t in tokens)
-    return Generation(pieces=pieces, text=text, tool_calls=(), finish_reason=finish)
+    pieces = tuple(map(_text_piece, tokens))
+    return Generation(pieces, text, (), finish, matched)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _text_piece(token: str) -> Piece:
+    """Pieces are immutable and the text bank's vocabulary is small: share them."""
+    return Piece(token)
 
 
 def _stop_index(text: str, stop: Sequence[str]) -> int | None:
