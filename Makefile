@@ -24,10 +24,17 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q
 
+# The docker-compose topology without Docker: docker-compose.yml's services as local processes
+# on free loopback ports, the integration suite against them (scripts/integration.py), after a
+# check that every command the compose file runs exists (docker-compose config -q if installed).
+test-integration: $(STAMP)
+	$(BIN)/python scripts/check_compose.py
+	$(BIN)/python scripts/integration.py
+
 bench: $(STAMP)
 	mkdir -p bench-results
 	$(BIN)/python bench/sim_hour.py | tee bench-results/sim_hour.txt
-	@for b in gateway_overhead ws_session loadgen_ceiling remote_hop; do \
+	@for b in gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop; do \
 	  if [ -f bench/$$b.py ]; then $(BIN)/python bench/$$b.py | tee bench-results/$$b.txt; fi; \
 	done
 

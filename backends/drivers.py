@@ -101,6 +101,9 @@ class TokenStream:
         if not self._done:
             self._done = True
             self.replica.cancel(self.seq)
+            w = self._waiter
+            if w is not None and not w.done():
+                w.set_result(None)  # a reader waiting for tokens ends instead of hanging
 
     async def aclose(self) -> None:
         self.cancel()

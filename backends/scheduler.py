@@ -129,6 +129,7 @@ class Scheduler:
         self._cancelled: set[int] = set()
         self.step_index = -1  # index of the last step run
         self.busy_until = 0.0
+        self._lines: dict[int, tuple[float, ...]] = {}  # decode_line per user batch size
 
     # -- requests -------------------------------------------------------------------------
 
@@ -322,11 +323,14 @@ class Scheduler:
         bg = self.background
         n = len(self.decoding)
         last = self._finish_heap[0][0]  # first finish step
-        w, c0, c1, k1, floor, fixed = self.placement.decode_line(
-            n + bg.seqs,
-            bg.prefill_tokens_per_step,
-            prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
-        )
+        line = self._lines.get(n)  # depends on the batch only: memoised per batch size
+        if line is None:
+            line = self._lines[n] = self.placement.decode_line(
+                n + bg.seqs,
+                bg.prefill_tokens_per_step,
+                prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+            )
+        w, c0, c1, k1, floor, fixed = line
         start = now
         index = self.step_index
         steps_left = last - index

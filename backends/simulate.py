@@ -209,15 +209,18 @@ class _Sampler:
             self.cum.append(acc)
         self.tiers: list[Tier] = [spec.tiers[n] for n in names]
 
-    def draw(self, t: float, user: int) -> tuple[Arrival, bool]:
+    def draw(
+        self, t: float, user: int, rng: random.Random | None = None
+    ) -> tuple[Arrival, bool]:
         """An arrival at ``t``, and whether it fits its model's context window."""
-        u = self.rng.random()
+        rng = rng or self.rng
+        u = rng.random()
         i = 0
         while i < len(self.cum) - 1 and u >= self.cum[i]:
             i += 1
         tier = self.tiers[i]
-        p = self.wl.prompt.sample(self.rng)
-        o = self.wl.output.sample(self.rng)
+        p = self.wl.prompt.sample(rng)
+        o = self.wl.output.sample(rng)
         arr = Arrival(t, tier.deployment.name, p, o, tag=(tier.name, user))
         return arr, p + o <= tier.context_window
 
@@ -247,7 +250,11 @@ def _open_loop(
 
 
 class _ClosedLoop:
-    """C users; each one's next request arrives when its previous one finishes."""
+    """C users; each one's next request arrives when its previous one finishes.
+
+    Each user draws from its own random stream, so that user u's k-th request is the same
+    whatever order the engine's callbacks come in.
+    """
 
     def __init__(
         self, wl: Workload, sampler: _Sampler, col: Collector, driver: VirtualDriver
@@ -255,6 +262,8 @@ class _ClosedLoop:
         self.wl, self.sampler, self.col, self.driver = wl, sampler, col, driver
         self.issued = 0
         self.limit = wl.requests if wl.requests is not None else math.inf
+        n = wl.concurrency or 0
+        self.rngs = [random.Random(f"{wl.seed}:{user}") for user in range(n)]
 
     def start(self) -> None:
         assert self.wl.concurrency is not None
@@ -264,7 +273,7 @@ class _ClosedLoop:
     def issue(self, user: int, t: float) -> None:
         while t <= self.wl.duration and self.issued < self.limit:
             self.issued += 1
-            arr, ok = self.sampler.draw(t, user)
+            arr, ok = self.sampler.draw(t, user, self.rngs[user])
             self.col.arrived(arr.tag[0])
             if ok:
                 self.driver.push(arr)

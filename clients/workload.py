@@ -114,7 +114,7 @@ _WORDS = (
     "see number no way could people my than first water been call who oil its now find long "
     "down day did get come made may part over new sound take only little work know place year "
     "live me back give most very after thing our just name good sense man think say great where "
-    "help through much before line right too mean old any same tell boy follow came want show "
+    "help past much before line right too mean old any same tell boy follow came want show "
     "also around form three small set put end does large must big even such turn here why ask "
     "went men read need land differ home us move try kind hand photo again change off play "
     "spell air away animal house point page letter mother answer found study still learn should "
@@ -243,21 +243,24 @@ class Sampler:
     def __init__(self, wl: FlagWorkload) -> None:
         self.wl = wl
         self.rng = random.Random(wl.seed)
+        self.tools_rng = random.Random(wl.seed + 31337)
         self.prompts = PromptBuilder(wl.seed)
-        self.names = list(wl.mix)
+        self.names = [n for n, w in wl.mix.items() if w > 0]
+        total = sum(wl.mix[n] for n in self.names)
         acc, self.cum = 0.0, []
-        for name in self.names:
-            acc += wl.mix[name]
+        for name in self.names:  # as fastmode simulate does, so that one seed draws alike
+            acc += wl.mix[name] / total
             self.cum.append(acc)
 
     def draw(self) -> RequestSpec:
-        u = self.rng.random() * self.cum[-1]
+        u = self.rng.random()
         i = 0
         while i < len(self.cum) - 1 and u >= self.cum[i]:
             i += 1
         prompt = max(CHAT_FRAMING_TOKENS + 1, self.wl.prompt.sample(self.rng))
         output = self.wl.output.sample(self.rng)
-        with_tools = self.wl.tools_share > 0 and self.rng.random() < self.wl.tools_share
+        share = self.wl.tools_share  # its own stream: tools do not shift the simulator's draws
+        with_tools = share > 0 and self.tools_rng.random() < share
         spec = RequestSpec(self.names[i], self.prompts.messages(prompt), output, prompt)
         if with_tools:
             spec.tools = BENCH_TOOLS
@@ -269,3 +272,18 @@ class Sampler:
     def __iter__(self) -> Iterator[RequestSpec]:
         while True:
             yield self.draw()
+
+    def timed(
+        self, rate: float, arrivals: str, phase: float = 0.0
+    ) -> Iterator[tuple[float, RequestSpec]]:
+        """Open-loop (start offset, request) pairs from one random stream, drawn in the order
+        ``fastmode simulate`` draws them (arrival gap, tier, prompt, output): with the same
+        seed, mix and lengths, the bench sends the very requests the simulator predicts for."""
+        t, n = 0.0, 0
+        while True:
+            if arrivals == "poisson":
+                t += self.rng.expovariate(rate)
+            else:
+                t = n / rate
+            n += 1
+            yield t + phase, self.draw()

@@ -283,6 +283,8 @@ def add_routes(app: FastAPI, gateway: Gateway, prefix: str, fast_path: bool) -> 
             req: MessagesRequest = validate(MessagesRequest, body)
             beta = FAST_BETA in request.headers.get("anthropic-beta", "")
             gen, prompt, want_fast = normalise(req, beta)
+            request.app.state.remote.refuse(req.model, fast_path or want_fast,
+                                            api="The Anthropic Messages API")
             key = request.headers.get("x-api-key")
             auth = f"Bearer {key}" if key else request.headers.get("authorization")
             job = gateway.admit(

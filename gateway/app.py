@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response, StreamingResponse
 
+from . import anthropic_messages, netem, ws
 from .config import Config, load_config
 from .errors import APIError
 from .openai_chat import ChatStream, completion_body
@@ -32,6 +33,7 @@ from .openai_responses import (
     sse,
 )
 from .openai_responses import normalise as normalise_responses
+from .remote import RemoteTiers
 from .schemas import ChatRequest, ResponsesRequest, parse_json, validate
 from .service import Gateway, Job
 
@@ -46,16 +48,20 @@ def create_app(config: Config | None = None) -> FastAPI:
     config = config or load_config()
     gateway = Gateway(config)
     store = ResponseStore()
+    remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await gateway.start()
+        await remote.start()
         yield
+        await remote.stop()
         await gateway.stop()
 
     app = FastAPI(title="fastmode", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gateway
     app.state.responses = store
+    app.state.remote = remote
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> Response:
@@ -85,6 +91,9 @@ def create_app(config: Config | None = None) -> FastAPI:
 
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
         _routes(app, gateway, store, prefix, fast)
+        anthropic_messages.add_routes(app, gateway, prefix, fast)
+    network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
+    ws.add_routes(app, gateway, store, network)  # Responses WebSocket mode (gateway/ws.py)
     return app
 
 
@@ -151,6 +160,9 @@ def _routes(app: FastAPI, gateway: Gateway, store: ResponseStore, prefix: str, f
         body = parse_json(await request.body())
         req: ChatRequest = validate(ChatRequest, body)
         gen, prompt, cap, want_fast = normalise_chat(req)
+        remote: RemoteTiers = request.app.state.remote
+        if remote.serves(req.model, fast or want_fast):
+            return await remote.chat(request, body, req, prompt, cap, fast or want_fast, started)
         job = gateway.admit(
             model=req.model,
             fast=fast or want_fast,
@@ -191,6 +203,7 @@ def _routes(app: FastAPI, gateway: Gateway, store: ResponseStore, prefix: str, f
         body = parse_json(await request.body())
         req: ResponsesRequest = validate(ResponsesRequest, body)
         gen, prompt, cap, want_fast, cached, messages = normalise_responses(req, store)
+        request.app.state.remote.refuse(req.model, fast or want_fast)
         job = gateway.admit(
             model=req.model,
             fast=fast or want_fast,

@@ -6,12 +6,14 @@ every knob is documented there with its unit and the source of its default.
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from backends.config import SimConfig, Strict
 
@@ -48,10 +50,63 @@ class AuthConfig(Strict):
     keys: list[ApiKey] = Field(default_factory=list)
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(text: str) -> str:
+    """``${VAR}`` / ``${VAR:-default}`` from the environment (ValueError if unset, no default)."""
+
+    def sub(m: re.Match[str]) -> str:
+        value = os.environ.get(m.group(1))
+        if value:
+            return value
+        if m.group(2) is None:
+            raise ValueError(f"environment variable {m.group(1)} is not set and has no default")
+        return m.group(2)
+
+    return _ENV_REF.sub(sub, text)
+
+
+class RemoteTierConfig(Strict):
+    """A tier served by remote OpenAI-compatible servers instead of an in-process deployment."""
+
+    upstreams: list[str] = Field(min_length=1)  # base URLs (no /v1); ${VAR:-default} expanded
+    health_path: str = "/healthz"  # fastmode engines; "/health" or "/v1/models" for vLLM & co
+    model: str | None = None  # model id sent upstream (default: the one the client asked for)
+    api_key_env: str | None = None  # env var holding a bearer token for the upstreams
+
+    @field_validator("upstreams")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        out = []
+        for raw in urls:
+            url = expand_env(raw).strip().rstrip("/")
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"upstream {url!r} must be an http:// or https:// base URL")
+            out.append(url)
+        if len(set(out)) != len(out):
+            raise ValueError("upstreams must be distinct")
+        return out
+
+
+class RemoteConfig(Strict):
+    """``[remote]``: upstream pools per tier (see docs/deployment.md)."""
+
+    tiers: dict[str, RemoteTierConfig] = Field(default_factory=dict)
+    health_interval_s: float = Field(1.0, gt=0)
+    health_timeout_s: float = Field(1.0, gt=0)
+    connect_timeout_s: float = Field(2.0, gt=0)
+    stream_idle_timeout_s: float = Field(60.0, gt=0)  # longest silence inside a stream
+    request_timeout_s: float = Field(600.0, gt=0)  # a whole non-streamed request
+    max_attempts: int = Field(3, ge=1)  # upstreams tried per request before anything streamed
+    max_idle_connections: int = Field(256, gt=0)  # kept-alive connections per upstream
+
+
 class Config(SimConfig):
     server: ServerConfig = ServerConfig()
     routes: dict[str, RouteConfig]
     auth: AuthConfig = AuthConfig()
+    remote: RemoteConfig = RemoteConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:
@@ -63,6 +118,11 @@ class Config(SimConfig):
                         f"routes.{model}.{kind}: unknown tier {tier!r}; "
                         f"allowed: {', '.join(sorted(self.tiers))}"
                     )
+        for tier in self.remote.tiers:
+            if tier not in self.tiers:
+                raise ValueError(
+                    f"remote.tiers.{tier}: unknown tier; allowed: {', '.join(sorted(self.tiers))}"
+                )
         return self
 
     def sim(self) -> SimConfig:

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
+    from .ws import MAX_FRAME_BYTES
 
     config = load_config(args.config)
     server = config.server
@@ -74,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         loop="uvloop",
         http="httptools",
-        ws="websockets",
-        ws_per_message_deflate=False,
+        ws="websockets-sansio",  # the legacy "websockets" implementation is deprecated
+        ws_per_message_deflate=False,  # token frames are tiny: deflate only adds latency
+        ws_max_size=MAX_FRAME_BYTES,  # larger frames are refused (close 1009), not buffered
         timeout_graceful_shutdown=30,
     )
     return 0

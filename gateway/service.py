@@ -24,6 +24,7 @@ from .auth import Authenticator, Principal
 from .config import Config
 from .errors import APIError, retry_headers
 from .metrics import Metrics
+from .netem import network_time
 
 FAST_SERVICE_TIERS = {"priority", "fast"}
 # OpenAI's vocabulary for the tier that served a request
@@ -90,6 +91,7 @@ class Job:
             "prompt_time": prompt,
             "completion_time": completion,
             "total_time": queue + prompt + completion + self.network_s,
+            "network_time": self.network_s,  # emulated RTTs, included in queue_time
             "created": float(self.created),
         }
 
@@ -258,6 +260,7 @@ class Gateway:
             stream=stream,
             created=int(time.time()),
             principal=principal,
+            network_s=network_time.get(),  # emulated network time already slept (gateway.netem)
             headers=headers,
         )
         self._jobs.add(job)

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +32,18 @@ def start_server(*args: str, config_text: str | None = None, tmp: Path | None = 
         path = tmp / f"config-{port}.toml"
         path.write_text(config_text)
         cmd += ["--config", str(path)]
+    # the server's log goes to a file, never to an unread pipe that could fill and stall it
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+            log.seek(0)
+            raise RuntimeError(f"server exited: {log.read().decode()[-2000:]}")
         try:
             if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
                 return proc, url

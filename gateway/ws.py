@@ -1,0 +1,420 @@
+"""Responses API WebSocket mode: a persistent socket at ``/v1/responses`` and ``/fast/v1/responses``.
+
+One JSON event per text frame. The client sends ``{"type": "response.create", ...the create
+body...}`` and receives the same events as the SSE stream (``gateway.openai_responses``'s
+``ResponseEvents``), ending with ``response.completed`` / ``response.incomplete`` or an
+``error`` event. See docs/websocket.md for the protocol as fastmode implements it:
+
+* turns on one lane (``stream_id``, default: none) run one at a time, in order (FIFO, as the
+  SDK documents); up to ``MAX_LANES`` lanes run concurrently; ``MAX_PENDING`` creates may wait;
+* ``previous_response_id`` continues one of the connection's recent responses (kept in memory
+  even with ``store: false``) or a stored one: the earlier context is cached input;
+* ``{"type": "response.cancel"}`` (optional ``stream_id`` / ``response_id``) or closing the
+  socket cancels the running response: its batch slot is free at the engine's next step and
+  it is billed for the tokens sent;
+* bad frames get an ``error`` event and the socket stays open; frames over ``MAX_FRAME_BYTES``
+  are refused by the server (close 1009) before they are buffered;
+* after ``server.max_connection_age_s`` the server lets running turns finish (at most
+  ``AGE_GRACE_S``) and closes with 1001 and a reason;
+* with ``--emulate-rtt-ms``, opening the socket costs TCP + TLS + upgrade and each turn one RTT
+  (``gateway.netem``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from starlette.websockets import WebSocket
+
+from .errors import APIError, bad_request
+from .netem import NetworkModel, network_time
+from .openai_responses import (
+    ResponseEvents,
+    ResponseStore,
+    StoredResponse,
+    conversation_after,
+    normalise,
+)
+from .schemas import ResponsesRequest, validate
+from .service import Gateway, Job
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # larger frames: close 1009 (uvicorn ws_max_size)
+MAX_LANES = 16  # stream_id lanes running at once on one connection (OpenAI: 16)
+MAX_PENDING = 64  # response.create accepted and not yet finished, per connection
+RECENT_RESPONSES = 16  # responses a connection keeps in memory for previous_response_id
+AGE_GRACE_S = 30.0  # at the age limit, running turns get this long to finish
+CLOSE_GOING_AWAY = 1001  # the SDK treats 1001 as recoverable and may reconnect
+CLOSE_POLICY = 1008
+LIMIT_CODE = "websocket_connection_limit_reached"
+EVENT_TYPES = ("response.create", "response.cancel")
+_DROPPED_FIELDS = ("type", "stream_id", "stream", "stream_options")
+
+
+def add_routes(
+    app: FastAPI, gateway: Gateway, store: ResponseStore, network: NetworkModel | None = None
+) -> None:
+    network = network or NetworkModel()
+    for prefix, fast in (("/v1", False), ("/fast/v1", True)):
+        app.router.add_websocket_route(
+            prefix + "/responses", _endpoint(gateway, store, fast, network)
+        )
+
+
+def _endpoint(gateway: Gateway, store: ResponseStore, fast: bool, network: NetworkModel):
+    async def responses_ws(websocket: WebSocket) -> None:
+        await Session(websocket, gateway, store, fast, network).serve()
+
+    return responses_ws
+
+
+class ConnectionStore(ResponseStore):
+    """The connection's own recent responses, then the gateway's shared store."""
+
+    def __init__(self, shared: ResponseStore) -> None:
+        super().__init__(RECENT_RESPONSES)
+        self.shared = shared
+
+    def get(self, rid: str) -> StoredResponse | None:
+        return super().get(rid) or self.shared.get(rid)
+
+
+@dataclass(eq=False)
+class Lane:
+    """A FIFO of turns on one ``stream_id`` (None: the default lane)."""
+
+    sid: str | None
+    queue: asyncio.Queue[ResponsesRequest] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    active: bool = False  # a turn is between dequeue and its terminal event
+    cancel_requested: bool = False  # response.cancel arrived before the job was admitted
+    job: Job | None = None
+    rid: str | None = None
+    stream: asyncio.Task[None] | None = None
+
+
+def error_event(exc: APIError, sid: str | None = None) -> bytes:
+    """``{"type": "error", "status": S, "error": {type, code, message, param[, headers]}}``."""
+    err: dict[str, Any] = exc.body()["error"]
+    if exc.headers:
+        err["headers"] = exc.headers
+    event: dict[str, Any] = {"type": "error", "status": exc.status, "error": err}
+    if sid is not None:
+        event["stream_id"] = sid
+    return orjson.dumps(event)
+
+
+class Session:
+    """One websocket connection."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        gateway: Gateway,
+        store: ResponseStore,
+        fast: bool,
+        network: NetworkModel,
+    ) -> None:
+        self.ws = websocket
+        self.gateway = gateway
+        self.store = store
+        self.cache = ConnectionStore(store)
+        self.fast = fast
+        self.network = network
+        self.authorization = websocket.headers.get("authorization")
+        self.max_age = gateway.config.server.max_connection_age_s
+        self.lanes: dict[str | None, Lane] = {}
+        self.pending = 0
+        self.closing = False
+
+    # -- connection -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        if not await self._authenticate():
+            return
+        if self.network.enabled:
+            await asyncio.sleep(self.network.ws_connect_s())
+        await self.ws.accept()
+        age = asyncio.create_task(self._age_limit())
+        try:
+            await self._read()
+        finally:
+            age.cancel()
+            tasks = [lane.task for lane in self.lanes.values() if lane.task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(age, *tasks, return_exceptions=True)
+
+    async def _authenticate(self) -> bool:
+        """Check the upgrade's ``Authorization``; refuse with the HTTP 401 body if bad."""
+        try:
+            self.gateway.auth.authenticate(self.authorization)
+            return True
+        except APIError as exc:
+            if "websocket.http.response" in self.ws.scope.get("extensions", {}):
+                await self.ws.send_denial_response(exc.response())
+            else:  # a server without the denial-response extension: error event, then 1008
+                await self.ws.accept()
+                await self._send_raw(error_event(exc))
+                await self.ws.close(CLOSE_POLICY, exc.message[:120])
+            return False
+
+    async def _read(self) -> None:
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                raw = message.get("bytes") or b""
+                if len(raw) > MAX_FRAME_BYTES:
+                    await self._too_big()
+                    return
+                try:
+                    text = raw.decode()
+                except UnicodeDecodeError:
+                    await self._error(bad_request("Binary frames must hold UTF-8 JSON."))
+                    continue
+            elif len(text) > MAX_FRAME_BYTES:
+                await self._too_big()
+                return
+            await self._handle(text)
+
+    async def _too_big(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close(1009, f"frame over {MAX_FRAME_BYTES} bytes")
+
+    async def _age_limit(self) -> None:
+        await asyncio.sleep(self.max_age)
+        self.closing = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + AGE_GRACE_S
+        while self.lanes and loop.time() < deadline:
+            await asyncio.sleep(0.02)
+        with contextlib.suppress(Exception):
+            await self.ws.close(
+                CLOSE_GOING_AWAY,
+                f"max connection age ({self.max_age:g} s) reached; open a new connection",
+            )
+
+    # -- frames ---------------------------------------------------------------------------
+
+    async def _handle(self, text: str) -> None:
+        try:
+            body = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            await self._error(bad_request(f"The frame is not valid JSON ({exc}).",
+                                          code="invalid_json"))
+            return
+        if not isinstance(body, dict):
+            await self._error(bad_request("Each frame must be a JSON object with a 'type'.",
+                                          param="type"))
+            return
+        sid = body.get("stream_id")
+        if sid is not None and (not isinstance(sid, str) or not 0 < len(sid) <= 64):
+            await self._error(bad_request("Invalid value for 'stream_id': expected a string of "
+                                          "1 to 64 characters.", param="stream_id",
+                                          code="invalid_value"))
+            return
+        kind = body.get("type")
+        if kind == "response.create":
+            await self._create(body, sid)
+        elif kind == "response.cancel":
+            await self._cancel(body, sid)
+        else:
+            await self._error(bad_request(
+                f"Invalid value for 'type': {kind!r}. Supported client events: "
+                f"{', '.join(EVENT_TYPES)}.", param="type", code="invalid_value"), sid)
+
+    async def _create(self, body: dict[str, Any], sid: str | None) -> None:
+        if body.get("background"):
+            await self._error(bad_request("'background' is not supported over WebSocket.",
+                                          param="background"), sid)
+            return
+        try:
+            req: ResponsesRequest = validate(
+                ResponsesRequest, {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
+            )
+        except APIError as exc:
+            await self._error(exc, sid)
+            return
+        if self.closing:
+            await self._error(limit_error(self.max_age), sid)
+            return
+        if self.pending >= MAX_PENDING:
+            await self._error(bad_request(
+                f"Too many responses queued on this connection (at most {MAX_PENDING}).",
+                code="too_many_pending_responses"), sid)
+            return
+        lane = self.lanes.get(sid)
+        if lane is None:
+            if len(self.lanes) >= MAX_LANES:
+                await self._error(bad_request(
+                    f"At most {MAX_LANES} stream_id lanes may be active on a connection.",
+                    param="stream_id", code="too_many_streams"), sid)
+                return
+            lane = Lane(sid)
+            self.lanes[sid] = lane
+            lane.task = asyncio.create_task(self._worker(lane))
+        self.pending += 1
+        lane.queue.put_nowait(req)
+
+    async def _cancel(self, body: dict[str, Any], sid: str | None) -> None:
+        rid = body.get("response_id")
+        if rid is not None:
+            lane = next((ln for ln in self.lanes.values() if ln.rid == rid), None)
+        else:
+            lane = self.lanes.get(sid)
+        if lane is None or not lane.active:
+            await self._error(bad_request(
+                "There is no active response to cancel"
+                + (f" with id '{rid}'." if rid else " on this stream."),
+                code="response_cancel_not_active"), sid)
+            return
+        if lane.job is not None and lane.stream is not None:
+            lane.job.cancel()
+            lane.stream.cancel()
+        else:
+            lane.cancel_requested = True
+
+    # -- turns ----------------------------------------------------------------------------
+
+    async def _worker(self, lane: Lane) -> None:
+        try:
+            while not lane.queue.empty():
+                req = lane.queue.get_nowait()
+                try:
+                    await self._turn(lane, req)
+                finally:
+                    self.pending -= 1
+        except Exception:  # the socket broke while sending; the reader sees the disconnect
+            pass
+        finally:
+            if self.lanes.get(lane.sid) is lane:
+                del self.lanes[lane.sid]
+
+    async def _turn(self, lane: Lane, req: ResponsesRequest) -> None:
+        sid = lane.sid
+        lane.active, lane.cancel_requested = True, False
+        try:
+            if self.closing:
+                await self._error(limit_error(self.max_age), sid)
+                return
+            await self._run(lane, req, sid)
+        finally:
+            lane.active = False
+            lane.job = lane.stream = lane.rid = None
+
+    async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None) -> None:
+        gateway = self.gateway
+        try:
+            gen, prompt, cap, want_fast, cached, messages = normalise(req, self.cache)
+            remote = getattr(self.ws.app.state, "remote", None)
+            if remote is not None:  # tiers served by upstream engines proxy Chat Completions only
+                remote.refuse(req.model, self.fast or want_fast)
+        except APIError as exc:
+            await self._error(exc, sid)
+            return
+        delay = self.network.ws_turn_s() if self.network.enabled else 0.0
+        if delay:
+            await asyncio.sleep(delay)
+        network_time.set(delay)  # this task's context: read by Gateway.admit
+        try:
+            job = gateway.admit(
+                model=req.model,
+                fast=self.fast or want_fast,
+                request=gen,
+                prompt_tokens=prompt,
+                max_tokens=cap,
+                cached_tokens=cached,
+                authorization=self.authorization,
+            )
+        except APIError as exc:
+            await self._error(exc, sid)
+            return
+        events = ResponseEvents(job, req, gateway.usage_dict(job, chat=False))
+        stream = asyncio.create_task(self._stream(job, events, sid))
+        lane.job, lane.rid, lane.stream = job, events.rid, stream
+        if lane.cancel_requested:
+            job.cancel()
+            stream.cancel()
+        try:
+            await asyncio.wait({stream})
+            failure = None if stream.cancelled() else stream.exception()
+            if failure is not None:
+                raise failure  # the socket broke while sending
+            if job.finished:
+                gateway.settle(job, 200)
+                self._remember(events, job, req, messages)
+                await self._send(events.closing(), sid)
+            else:
+                gateway.settle(job, 499)
+                if events.seq == 0:  # cancelled before response.created went out
+                    await self._send(events.opening(), sid)
+                await self._send(cancelled(events, job), sid)
+        finally:
+            stream.cancel()
+            gateway.settle(job, 499)  # once only: a no-op unless the socket went away
+
+    async def _stream(self, job: Job, events: ResponseEvents, sid: str | None) -> None:
+        await self._send(events.opening(), sid)
+        async for start, times in job.tokens():
+            await self._send(events.tokens(start, len(times)), sid)
+
+    def _remember(
+        self, events: ResponseEvents, job: Job, req: ResponsesRequest,
+        messages: list[dict[str, Any]],
+    ) -> None:
+        item = StoredResponse(events.rid, job.model, conversation_after(job, messages),
+                              job.prompt_tokens + job.gen.output_tokens)
+        self.cache.put(item)  # kept for this connection even with store: false
+        if req.store is not False:
+            self.store.put(item)
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def _send(self, events: list[tuple[str, bytes]], sid: str | None) -> None:
+        if sid is None:
+            for _, body in events:
+                await self._send_raw(body)
+        else:
+            tail = b',"stream_id":' + orjson.dumps(sid) + b"}"
+            for _, body in events:
+                await self._send_raw(body[:-1] + tail)
+
+    async def _send_raw(self, body: bytes) -> None:
+        await self.ws.send({"type": "websocket.send", "text": body.decode()})
+
+    async def _error(self, exc: APIError, sid: str | None = None) -> None:
+        await self._send_raw(error_event(exc, sid))
+
+
+def limit_error(max_age: float) -> APIError:
+    return bad_request(
+        f"This connection reached its maximum age ({max_age:g} s) and is closing; open a new "
+        "connection.", code=LIMIT_CODE,
+    )
+
+
+def cancelled(events: ResponseEvents, job: Job) -> list[tuple[str, bytes]]:
+    """The terminal event of a cancelled response: ``response.incomplete``, status cancelled,
+    the partial output, and usage billed for the tokens that were sent."""
+    resp = events.response("incomplete")
+    resp["status"] = "cancelled"
+    out = job.delivered
+    resp["usage"] = {
+        "input_tokens": job.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": job.prompt_tokens + out,
+        "cost_usd": job.cost_usd,
+    }
+    resp["time_info"] = job.time_info()
+    body = {"type": "response.incomplete", "response": resp, "sequence_number": events.seq}
+    events.seq += 1
+    return [("response.incomplete", orjson.dumps(body))]

@@ -1,0 +1,309 @@
+"""Run docker-compose.yml's topology without Docker, and its integration suite against it.
+
+    python scripts/integration.py [--keep] [--timeout S] [-- PYTEST_ARGS...]
+
+Reads docker-compose.yml and starts every service whose command is ``fastmode ...`` as a local
+process on a free loopback port: the same commands, the same config file (the service's volume
+mount, mapped back to the repository), the container's ``--host 0.0.0.0 --port 8000`` replaced
+by ``127.0.0.1`` and the free port. Service names in URLs become those loopback URLs: the
+gateway's config gets them through ``FASTMODE_UPSTREAM_<SERVICE>`` (deploy/gateway-remote.toml
+reads ``${FASTMODE_UPSTREAM_ENGINE_FAST:-http://engine-fast:8000}`` and so on), the test service
+through its ``environment`` (``http://gateway:8000`` -> the gateway's loopback URL). Then it runs
+the ``integration-tests`` service's command (pytest) with ``FASTMODE_TOPOLOGY_FILE`` naming a JSON
+file of the processes (URL, pid, argv), which the suite uses to kill and restart engines.
+
+Every wait is bounded; at the end every process the run started (and any engine the suite
+restarted, recorded in the topology file) is stopped by its pid: SIGTERM, then SIGKILL after
+10 s. Exit status: pytest's, or 2 if the topology did not come up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+TEST_SERVICE = "integration-tests"
+CONTAINER_PORT = "8000"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_name(service: str) -> str:
+    """``engine-standard-1`` -> ``FASTMODE_UPSTREAM_ENGINE_STANDARD_1``."""
+    return "FASTMODE_UPSTREAM_" + service.upper().replace("-", "_")
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    url: str
+    depends_on: list[str] = field(default_factory=list)
+    proc: subprocess.Popen | None = None
+    log: Path | None = None
+
+
+def _mounts(svc: dict) -> dict[str, Path]:
+    """Container path -> repository path, from the service's bind mounts."""
+    out = {}
+    for vol in svc.get("volumes") or []:
+        if isinstance(vol, str):
+            parts = vol.split(":")
+            src, dst = parts[0], parts[1]
+        else:
+            src, dst = vol["source"], vol["target"]
+        out[dst] = (ROOT / src).resolve()
+    return out
+
+
+def _command(svc: dict) -> list[str]:
+    cmd = svc.get("command") or []
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+
+
+def _environment(svc: dict) -> dict[str, str]:
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def _depends(svc: dict) -> list[str]:
+    dep = svc.get("depends_on") or []
+    return list(dep) if isinstance(dep, (list, dict)) else []
+
+
+def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
+    """The local processes for the ``fastmode`` services (in dependency order), the test
+    command, and the test environment."""
+    services = compose["services"]
+    urls = {name: f"http://127.0.0.1:{free_port()}" for name in services if name != TEST_SERVICE}
+    upstream_env = {env_name(n): u for n, u in urls.items()}
+
+    def local(value: str) -> str:
+        for n, u in urls.items():
+            value = value.replace(f"http://{n}:{CONTAINER_PORT}", u)
+        return value
+
+    out: list[Service] = []
+    for name, svc in services.items():
+        if name == TEST_SERVICE:
+            continue
+        cmd = _command(svc)
+        if not cmd or cmd[0] != "fastmode":
+            raise SystemExit(f"{COMPOSE.name}: service {name}: command must be `fastmode ...`")
+        mounts = _mounts(svc)
+        argv = [sys.executable, "-m", "gateway.cli", *cmd[1:]]
+        port = urls[name].rsplit(":", 1)[1]
+        for i, arg in enumerate(argv[:-1]):
+            nxt = argv[i + 1]
+            if arg == "--host":
+                argv[i + 1] = "127.0.0.1"
+            elif arg == "--port":
+                argv[i + 1] = port
+            elif arg == "--config":
+                if nxt not in mounts:
+                    raise SystemExit(f"{name}: --config {nxt} is not a mounted file")
+                argv[i + 1] = str(mounts[nxt])
+        env = {k: local(v) for k, v in _environment(svc).items()}
+        env.update(upstream_env)
+        out.append(Service(name, argv, env, urls[name], _depends(svc)))
+    # dependencies first
+    ordered: list[Service] = []
+    by_name = {s.name: s for s in out}
+
+    def visit(s: Service, seen: tuple[str, ...] = ()) -> None:
+        if s in ordered:
+            return
+        if s.name in seen:
+            raise SystemExit(f"dependency cycle at {s.name}")
+        for d in s.depends_on:
+            if d in by_name:
+                visit(by_name[d], (*seen, s.name))
+        ordered.append(s)
+
+    for s in out:
+        visit(s)
+    test = services[TEST_SERVICE]
+    test_cmd = _command(test)
+    if not test_cmd or test_cmd[0] != "pytest":
+        raise SystemExit(f"{TEST_SERVICE}: command must be `pytest ...`")
+    test_env = {k: local(v) for k, v in _environment(test).items()}
+    return ordered, [sys.executable, "-m", *test_cmd], test_env
+
+
+def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"exited with status {proc.returncode}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"not healthy after {timeout:.0f} s")
+
+
+def write_state(path: Path, services: list[Service]) -> None:
+    state = {
+        "services": {
+            s.name: {"url": s.url, "pid": s.proc.pid if s.proc else None, "argv": s.argv,
+                     "env": s.env, "cwd": str(ROOT), "log": str(s.log)}
+            for s in services
+        }
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(path)
+
+
+def _is_ours(pid: int, argv: list[str]) -> bool:
+    """The pid still runs the command we started (guards against pid reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return [c.decode() for c in cmdline if c] == argv
+
+
+def stop_all(services: list[Service], state_file: Path | None) -> None:
+    """SIGTERM every process of the run by pid (including engines the suite restarted), then
+    SIGKILL what is left after 10 s."""
+    pids: dict[int, list[str]] = {}
+    for s in services:
+        if s.proc is not None and s.proc.poll() is None:
+            pids[s.proc.pid] = s.argv
+    if state_file is not None and state_file.exists():
+        try:
+            state = json.loads(state_file.read_text())
+            for entry in state["services"].values():
+                if entry.get("pid"):
+                    pids[int(entry["pid"])] = entry["argv"]
+        except (OSError, ValueError, KeyError):
+            pass
+    live = [pid for pid, argv in pids.items() if _is_ours(pid, argv)]
+    for pid in live:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    children = {s.proc.pid: s.proc for s in services if s.proc is not None}
+    while time.monotonic() < deadline:
+        for p in children.values():
+            p.poll()
+        live = [pid for pid in live if _is_ours(pid, pids[pid]) and not _zombie(pid)]
+        if not live:
+            break
+        time.sleep(0.1)
+    for pid in live:
+        os.kill(pid, signal.SIGKILL)
+    for p in children.values():
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def tail(path: Path | None, n: int = 25) -> str:
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--compose", default=str(COMPOSE), help="compose file (default: the repo's)")
+    ap.add_argument("--timeout", type=float, default=600, help="bound on the suite, seconds")
+    ap.add_argument("--startup-timeout", type=float, default=60, help="bound per service, s")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the topology running after the suite (prints how to stop it)")
+    ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = ap.parse_args(argv)
+
+    compose = yaml.safe_load(Path(args.compose).read_text())
+    services, test_cmd, test_env = plan(compose)
+    workdir = Path(tempfile.mkdtemp(prefix="fastmode-topology-"))
+    state_file = workdir / "topology.json"
+    stopped = False
+
+    def on_signal(signum, frame):  # pragma: no cover - interactive
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    status = 2
+    try:
+        for s in services:
+            s.log = workdir / f"{s.name}.log"
+            with open(s.log, "wb") as log:
+                s.proc = subprocess.Popen(
+                    s.argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                    env={**os.environ, **s.env, "PYTHONUNBUFFERED": "1"},
+                    start_new_session=True,
+                )
+            write_state(state_file, services)
+            try:
+                wait_healthy(s.url, s.proc, args.startup_timeout)
+            except RuntimeError as exc:
+                print(f"integration: {s.name} {exc}\n{tail(s.log)}", file=sys.stderr)
+                return 2
+            print(f"integration: {s.name:<18} {s.url}  pid {s.proc.pid}", flush=True)
+        env = {**os.environ, **test_env, "FASTMODE_TOPOLOGY_FILE": str(state_file),
+               "PYTHONUNBUFFERED": "1"}
+        cmd = [*test_cmd, *args.pytest_args]
+        print(f"integration: {' '.join(cmd[2:])}  (gateway {env.get('FASTMODE_GATEWAY_URL')})",
+              flush=True)
+        try:
+            status = subprocess.run(cmd, cwd=ROOT, env=env, timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            print(f"integration: the suite did not finish in {args.timeout:.0f} s",
+                  file=sys.stderr)
+            status = 1
+        if status != 0:
+            for s in services:
+                print(f"--- {s.name} log (tail) ---\n{tail(s.log)}", file=sys.stderr)
+        if args.keep:
+            stopped = True
+            pids = " ".join(str(s.proc.pid) for s in services if s.proc)
+            print(f"integration: left running ({state_file}); stop with: kill {pids}")
+        return status
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        if not stopped:
+            stop_all(services, state_file)
+            if status == 0:
+                shutil.rmtree(workdir, ignore_errors=True)
+            else:
+                print(f"integration: logs kept in {workdir}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

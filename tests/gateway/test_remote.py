@@ -1,0 +1,426 @@
+"""Remote tiers (gateway/remote.py) against scripted fake upstreams, and `fastmode engine`'s config.
+
+The fake upstreams are small OpenAI-compatible servers (vLLM-shaped chunks, no ``time_info``)
+whose behaviour each test sets: answer, fail with a status, die mid-stream, report unhealthy. The
+gateway and the fakes run as real uvicorn servers on loopback in the test's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import tomllib
+
+import httpx
+import openai
+import orjson
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from gateway.app import create_app
+from gateway.config import Config, ConfigError, default_config_text, load_config
+from gateway.engine_cli import engine_config
+from gateway.remote import Call, Tap, UpstreamPool, upstream_error
+
+USER = [{"role": "user", "content": "hello"}]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Fake:
+    """One scripted upstream: ``mode`` is ok | 503 | 400 | die; ``healthy`` drives /healthz."""
+
+    def __init__(self) -> None:
+        self.mode = "ok"
+        self.healthy = True
+        self.bodies: list[dict] = []
+        self.cancelled = 0
+        self.tokens = 5
+        self.gap = 0.01
+        self.app = Starlette(routes=[
+            Route("/healthz", self.health),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+        ])
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"ok": self.healthy}, 200 if self.healthy else 503)
+
+    def chunk(self, delta: dict | None, finish: str | None = None, **extra) -> bytes:
+        obj = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+               "model": "frontier", "service_tier": "auto",
+               "choices": [] if delta is None else
+               [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    async def chat(self, request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        self.bodies.append(body)
+        if self.mode == "503":
+            return JSONResponse({"error": {"message": "busy", "type": "service_unavailable_error",
+                                           "param": None, "code": "server_is_overloaded"}},
+                                503, headers={"retry-after": "2"})
+        if self.mode == "400":  # vLLM's shape
+            return JSONResponse({"object": "error", "message": "bad temperature",
+                                 "type": "BadRequestError", "param": "temperature",
+                                 "code": 400}, 400)
+        usage = {"prompt_tokens": 10, "completion_tokens": self.tokens, "total_tokens":
+                 10 + self.tokens, "cost_usd": 999.0}
+        if not body.get("stream"):
+            return JSONResponse({
+                "id": "chatcmpl-fake", "object": "chat.completion", "created": 1,
+                "model": body["model"], "service_tier": "auto",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "hi " * self.tokens}}],
+                "usage": usage,
+            })
+        include = (body.get("stream_options") or {}).get("include_usage")
+        mode, n, gap = self.mode, self.tokens, self.gap
+
+        async def gen():
+            try:
+                yield self.chunk({"role": "assistant", "content": ""}, usage=None)
+                for i in range(n):
+                    await asyncio.sleep(gap)
+                    if mode == "die" and i == 2:
+                        raise RuntimeError("engine crashed")
+                    yield self.chunk({"content": f"t{i} "}, usage=None)
+                yield self.chunk({}, "stop", usage=None)
+                if include:
+                    yield self.chunk(None, usage=usage)
+                yield b"data: [DONE]\n\n"
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+
+        return StreamingResponse(gen(), media_type="text/event-stream")
+
+
+@contextlib.asynccontextmanager
+async def serve(app, port: int):
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
+                                           lifespan="on", ws="none"))
+    task = asyncio.create_task(server.serve())
+    for _ in range(200):
+        if server.started:
+            break
+        await asyncio.sleep(0.01)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
+
+
+def remote_config(fast: list[str], spark: list[str], **remote) -> Config:
+    raw = tomllib.loads(default_config_text())
+    raw["remote"] = {"health_interval_s": 0.1, "health_timeout_s": 0.5,
+                     "tiers": {"fast": {"upstreams": fast}, "spark": {"upstreams": spark}},
+                     **remote}
+    return Config.model_validate(raw)
+
+
+@pytest.fixture
+async def topo():
+    """Two fakes behind the fast tier, a dead address behind spark; standard in-process."""
+    a, b = Fake(), Fake()
+    pa, pb, pg = free_port(), free_port(), free_port()
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with serve(a.app, pa) as ua, serve(b.app, pb) as ub:
+        app = create_app(remote_config([ua, ub], [dead]))
+        async with serve(app, pg) as ug:
+            yield {"a": a, "b": b, "ua": ua, "ub": ub, "gw": ug, "dead": dead, "app": app}
+            while _CLIENTS:
+                await _CLIENTS.pop().close()
+
+
+_CLIENTS: list[openai.AsyncOpenAI] = []
+
+
+def aclient(url: str, path: str = "/fast/v1") -> openai.AsyncOpenAI:
+    client = openai.AsyncOpenAI(base_url=url + path, api_key="x", max_retries=0, timeout=10)
+    _CLIENTS.append(client)
+    return client
+
+
+async def gw_metric(url: str, name: str, **labels: str) -> float:
+    async with httpx.AsyncClient() as c:
+        text = (await c.get(url + "/metrics")).text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# -- end to end through the gateway -----------------------------------------------------------
+
+
+async def test_non_streaming_billed_at_gateway_prices(topo) -> None:
+    raw = await aclient(topo["gw"]).chat.completions.with_raw_response.create(
+        model="frontier", messages=USER, service_tier="priority")
+    resp = raw.parse()
+    tier = topo["app"].state.gateway.spec.tiers["fast"]
+    expected = tier.prices.cost(10, 0, 5)
+    assert resp.usage.model_extra["cost_usd"] == pytest.approx(expected)  # not the fake's 999
+    assert float(raw.headers["x-fastmode-cost-usd"]) == pytest.approx(expected, abs=1e-8)
+    assert resp.service_tier == "priority"  # the gateway's tier, not the upstream's "auto"
+    assert raw.headers["x-fastmode-tier"] == "fast"
+    body = (topo["a"].bodies + topo["b"].bodies)[0]
+    assert "service_tier" not in body and body["model"] == "frontier"
+    assert await gw_metric(topo["gw"], "fastmode_output_tokens_total", tier="fast") == 5
+
+
+async def test_stream_usage_forced_upstream_and_stripped(topo) -> None:
+    chunks = [c async for c in await aclient(topo["gw"]).chat.completions.create(
+        model="frontier", messages=USER, stream=True)]
+    body = (topo["a"].bodies + topo["b"].bodies)[0]
+    assert body["stream_options"] == {"include_usage": True}
+    assert all(c.usage is None and c.choices for c in chunks)
+    assert {c.service_tier for c in chunks} == {"priority"}
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "t0 t1 t2 t3 t4 "
+    assert await gw_metric(topo["gw"], "fastmode_output_tokens_total", tier="fast") == 5
+    assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast") == 1
+
+
+async def test_stream_usage_chunk_carries_gateway_cost(topo) -> None:
+    usage = None
+    async for c in await aclient(topo["gw"]).chat.completions.create(
+            model="frontier", messages=USER, stream=True,
+            stream_options={"include_usage": True}):
+        if c.usage is not None:
+            usage = c.usage
+    tier = topo["app"].state.gateway.spec.tiers["fast"]
+    assert usage.completion_tokens == 5
+    assert usage.model_extra["cost_usd"] == pytest.approx(tier.prices.cost(10, 0, 5))
+
+
+async def test_retry_on_503_while_nothing_streamed(topo) -> None:
+    topo["a"].mode = "503"
+    client = aclient(topo["gw"])
+    for _ in range(4):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="frontier", messages=USER, stream=True)
+        assert raw.headers["x-fastmode-upstream"] == topo["ub"]
+        [c async for c in raw.parse()]
+    assert await gw_metric(topo["gw"], "fastmode_upstream_attempts_total",
+                           upstream=topo["ua"], outcome="retried") >= 1
+
+
+async def test_fast_pool_overloaded_answers_429_like_in_process(topo) -> None:
+    topo["a"].mode = topo["b"].mode = "503"
+    with pytest.raises(openai.RateLimitError) as exc:
+        await aclient(topo["gw"]).chat.completions.create(model="frontier", messages=USER)
+    assert exc.value.code == "rate_limit_exceeded"
+    assert exc.value.response.headers["retry-after"]
+
+
+async def test_upstream_client_error_is_mapped_not_retried(topo) -> None:
+    topo["a"].mode = topo["b"].mode = "400"
+    with pytest.raises(openai.BadRequestError) as exc:
+        await aclient(topo["gw"]).chat.completions.create(model="frontier", messages=USER)
+    assert exc.value.message == "bad temperature" or "bad temperature" in str(exc.value)
+    assert exc.value.param == "temperature"
+    assert len(topo["a"].bodies) + len(topo["b"].bodies) == 1
+
+
+async def test_all_upstreams_down_is_503_with_retry_after(topo) -> None:
+    client = aclient(topo["gw"], "/v1")
+    with pytest.raises(openai.InternalServerError) as exc:
+        await client.chat.completions.create(model="frontier-spark", messages=USER)
+    assert exc.value.status_code == 503 and exc.value.code == "upstream_unavailable"
+    assert exc.value.response.headers["retry-after"]
+    assert await gw_metric(topo["gw"], "fastmode_upstream_up", upstream=topo["dead"]) == 0
+
+
+async def test_death_mid_stream_ends_with_an_error_event(topo) -> None:
+    topo["a"].mode = topo["b"].mode = "die"
+    got = []
+    with pytest.raises(openai.APIError, match="middle of the response"):
+        async for c in await aclient(topo["gw"]).chat.completions.create(
+                model="frontier", messages=USER, stream=True):
+            got.append(c)
+    assert len(got) == 3  # role chunk + 2 tokens, then the error
+    assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast",
+                           status="502") == 1
+    assert await gw_metric(topo["gw"], "fastmode_output_tokens_total", tier="fast") == 2
+    assert await gw_metric(topo["gw"], "fastmode_upstream_attempts_total",
+                           outcome="failed") == 1
+
+
+async def test_health_checks_take_upstreams_out_and_back(topo) -> None:
+    topo["a"].healthy = False
+    for _ in range(50):
+        if await gw_metric(topo["gw"], "fastmode_upstream_up", upstream=topo["ua"]) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await gw_metric(topo["gw"], "fastmode_upstream_up", upstream=topo["ua"]) == 0
+    client = aclient(topo["gw"])
+    for _ in range(3):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="frontier", messages=USER)
+        assert raw.headers["x-fastmode-upstream"] == topo["ub"]
+    topo["a"].healthy = True
+    for _ in range(50):
+        if await gw_metric(topo["gw"], "fastmode_upstream_up", upstream=topo["ua"]) == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert await gw_metric(topo["gw"], "fastmode_upstream_up", upstream=topo["ua"]) == 1
+
+
+async def test_client_gone_mid_stream_closes_the_upstream(topo) -> None:
+    topo["a"].tokens = topo["b"].tokens = 200
+    async with httpx.AsyncClient(timeout=5) as c:
+        async with c.stream("POST", topo["gw"] + "/fast/v1/chat/completions", json={
+                "model": "frontier", "messages": USER, "stream": True}) as r:
+            async for _ in r.aiter_bytes():
+                break
+    for _ in range(100):
+        if topo["a"].cancelled + topo["b"].cancelled == 1 and await gw_metric(
+                topo["gw"], "fastmode_upstream_outstanding", tier="fast") == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert topo["a"].cancelled + topo["b"].cancelled == 1
+    assert await gw_metric(topo["gw"], "fastmode_upstream_outstanding", tier="fast") == 0
+    assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast") == 1
+
+
+async def test_local_tiers_unchanged_and_responses_refused_on_remote(topo) -> None:
+    client = aclient(topo["gw"], "/v1")
+    raw = await client.chat.completions.with_raw_response.create(
+        model="frontier", messages=USER, max_completion_tokens=3)
+    assert "x-fastmode-upstream" not in raw.headers  # standard stays in-process
+    await client.responses.create(model="frontier", input="hi", max_output_tokens=3)
+    with pytest.raises(openai.BadRequestError) as exc:
+        await client.responses.create(model="frontier-spark", input="hi")
+    assert exc.value.code == "unsupported_on_remote_tier"
+
+
+# -- pieces -----------------------------------------------------------------------------------
+
+
+def _call(include_usage: bool) -> Call:
+    cfg = load_config()
+    from backends.engine import build
+
+    tier = build(cfg.sim()).tiers["standard"]
+    return Call("req-1", tier, "standard", 10, 0.0, include_usage)
+
+
+def _stream() -> bytes:
+    f = Fake()
+    return b"".join([
+        f.chunk({"role": "assistant", "content": ""}, usage=None),
+        f.chunk({"content": "a"}, usage=None),
+        f.chunk({}, "stop", usage=None, time_info={"completion_time": 0.5}),
+        f.chunk(None, usage={"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}),
+        b"data: [DONE]\n\n",
+    ])
+
+
+@pytest.mark.parametrize("step", [1, 7, 64, 10_000])
+def test_tap_cuts_at_event_boundaries_whatever_the_chunking(step: int) -> None:
+    data = _stream()
+    call = _call(include_usage=False)
+    tap = Tap(call, "default")
+    out = b"".join(tap.feed(data[i:i + step]) for i in range(0, len(data), step))
+    assert tap.done and not tap.buf
+    assert call.usage == {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
+    assert call.time_info == {"completion_time": 0.5}
+    assert b'"usage"' not in out and b'"service_tier":"auto"' not in out
+    assert out.count(b"\n\n") == 4 and out.endswith(b"data: [DONE]\n\n")
+
+
+def test_tap_keeps_usage_chunk_with_gateway_cost() -> None:
+    call = _call(include_usage=True)
+    out = Tap(call, "default").feed(_stream())
+    usage_event = [e for e in out.split(b"\n\n") if b'"choices":[]' in e][0]
+    usage = orjson.loads(usage_event[6:])["usage"]
+    assert usage["cost_usd"] == pytest.approx(call.tier.prices.cost(10, 0, 1))
+
+
+def test_pick_least_outstanding_healthy() -> None:
+    cfg = remote_config(["http://a", "http://b", "http://c"], ["http://d"]).remote.tiers["fast"]
+    pool = UpstreamPool("fast", cfg)
+    a, b, c = pool.upstreams
+    a.outstanding, b.outstanding, c.outstanding = 2, 0, 1
+    assert pool.pick(set()) is b
+    assert pool.pick({b}) is c
+    b.healthy = False
+    assert pool.pick(set()) is c
+    c.outstanding = a.outstanding = 0
+    assert {pool.pick(set()).url for _ in range(4)} == {"http://a", "http://c"}  # ties rotate
+    a.healthy = c.healthy = False
+    assert pool.pick(set()) is not None  # all down: still try them
+    assert pool.pick({a, b, c}) is None
+
+
+def test_upstream_error_shapes() -> None:
+    e = upstream_error(400, b'{"object":"error","message":"m","type":"BadRequestError",'
+                       b'"param":null,"code":400}')
+    assert (e.status, e.message, e.type, e.code) == (400, "m", "invalid_request_error", None)
+    e = upstream_error(429, b'{"error":{"message":"slow","type":"requests",'
+                       b'"param":null,"code":"rate_limit_exceeded"}}',
+                       httpx.Headers({"retry-after": "3"}))
+    assert (e.status, e.type, e.code, e.headers) == (429, "requests", "rate_limit_exceeded",
+                                                     {"retry-after": "3"})
+    e = upstream_error(500, b"Internal Server Error")
+    assert e.status == 500 and e.type == "server_error" and "Internal Server Error" in e.message
+    assert upstream_error(422, b'{"detail":"nope"}').message == "nope"
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def test_remote_config_validation(monkeypatch, tmp_path) -> None:
+    base = default_config_text()
+    p = tmp_path / "c.toml"
+    p.write_text(base + '\n[remote.tiers.nope]\nupstreams = ["http://x"]\n')
+    with pytest.raises(ConfigError, match="remote.tiers.nope"):
+        load_config(p)
+    p.write_text(base + '\n[remote.tiers.fast]\nupstreams = ["ftp://x"]\n')
+    with pytest.raises(ConfigError, match="http"):
+        load_config(p)
+    p.write_text(base + '\n[remote.tiers.fast]\nupstreams = ["${FM_TEST_UP:-http://d:1}/"]\n')
+    assert load_config(p).remote.tiers["fast"].upstreams == ["http://d:1"]
+    monkeypatch.setenv("FM_TEST_UP", "http://127.0.0.1:9")
+    assert load_config(p).remote.tiers["fast"].upstreams == ["http://127.0.0.1:9"]
+    p.write_text(base + '\n[remote.tiers.fast]\nupstreams = ["${FM_TEST_UNSET_X}"]\n')
+    with pytest.raises(ConfigError, match="FM_TEST_UNSET_X"):
+        load_config(p)
+
+
+def test_engine_config_serves_one_deployment() -> None:
+    full = load_config()
+    fast = engine_config(full, "fast")
+    assert list(fast.deployments) == ["fast"] and list(fast.tiers) == ["fast"]
+    assert set(fast.routes) == {"frontier"}
+    assert fast.routes["frontier"].standard == fast.routes["frontier"].fast == "fast"
+    from backends.engine import build
+
+    derived = build(full.sim()).tiers["fast"].prices
+    assert build(fast.sim()).tiers["fast"].prices == derived  # derived prices resolved
+    spark = engine_config(full, "spark", replicas=1)
+    assert set(spark.routes) == {"frontier-spark"} and spark.deployments["spark"].replicas == 1
+    assert not spark.remote.tiers and not spark.auth.enabled
+    with pytest.raises(ConfigError, match="allowed"):
+        engine_config(full, "nope")
+
+
+def test_deploy_config_is_valid_and_complete() -> None:
+    from pathlib import Path
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "deploy" / "gateway-remote.toml")
+    assert set(cfg.remote.tiers) == set(cfg.tiers)
+    assert len(cfg.remote.tiers["standard"].upstreams) == 2
+    for dep in cfg.deployments:
+        engine_config(cfg, dep)
