@@ -15,7 +15,7 @@ from backends.tokenizer import count_chat_prompt
 
 from .errors import bad_request
 from .schemas import ChatRequest, NamedToolChoice
-from .service import Job, service_tier_label
+from .service import FAST_SERVICE_TIERS, Job, service_tier_label
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"data: [DONE]\n\n"
@@ -66,7 +66,7 @@ def normalise(req: ChatRequest) -> tuple[GenerationRequest, int, int | None, boo
     )
     prompt = count_chat_prompt(messages, tools or None)
     cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    fast = req.service_tier in ("priority", "fast")
+    fast = req.service_tier in FAST_SERVICE_TIERS
     return gen, prompt, cap, fast
 
 
@@ -114,16 +114,15 @@ class ChatStream:
     def __init__(self, job: Job, include_usage: bool) -> None:
         self.job = job
         self.include_usage = include_usage
-        head = orjson.dumps(
-            {
-                "id": job.id.replace("req-", "chatcmpl-"),
-                "object": "chat.completion.chunk",
-                "created": job.created,
-                "model": job.model,
-                "service_tier": service_tier_label(job.tier.name),
-                "system_fingerprint": FINGERPRINT,
-            }
-        )[:-1]
+        self.meta = {
+            "id": job.id.replace("req-", "chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": job.created,
+            "model": job.model,
+            "service_tier": service_tier_label(job.tier.name),
+            "system_fingerprint": FINGERPRINT,
+        }
+        head = orjson.dumps(self.meta)[:-1]
         self.head = b"data: " + head + b',"choices":[{"index":0,"delta":'
         tail = b',"logprobs":null,"finish_reason":null}]'
         if include_usage:
@@ -170,12 +169,7 @@ class ChatStream:
         job = self.job
         body = orjson.dumps(
             {
-                "id": job.id.replace("req-", "chatcmpl-"),
-                "object": "chat.completion.chunk",
-                "created": job.created,
-                "model": job.model,
-                "service_tier": service_tier_label(job.tier.name),
-                "system_fingerprint": FINGERPRINT,
+                **self.meta,
                 "choices": [
                     {"index": 0, "delta": {}, "logprobs": None,
                      "finish_reason": job.gen.finish_reason}
@@ -188,12 +182,7 @@ class ChatStream:
         if self.include_usage and usage is not None:
             out += b"data: " + orjson.dumps(
                 {
-                    "id": job.id.replace("req-", "chatcmpl-"),
-                    "object": "chat.completion.chunk",
-                    "created": job.created,
-                    "model": job.model,
-                    "service_tier": service_tier_label(job.tier.name),
-                    "system_fingerprint": FINGERPRINT,
+                    **self.meta,
                     "choices": [],
                     "usage": usage,
                 }

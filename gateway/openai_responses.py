@@ -17,7 +17,7 @@ from backends.tokenizer import count_chat_prompt
 
 from .errors import APIError, bad_request
 from .schemas import ResponsesRequest, ResponsesToolChoice
-from .service import Job, service_tier_label
+from .service import FAST_SERVICE_TIERS, Job, service_tier_label
 
 
 @dataclass
@@ -132,7 +132,7 @@ def normalise(
         ignore_eos=req.ignore_eos,
     )
     prompt = count_chat_prompt(messages, tools or None)
-    fast = req.service_tier in ("priority", "fast")
+    fast = req.service_tier in FAST_SERVICE_TIERS
     return gen, prompt, req.max_output_tokens, fast, min(cached, prompt - 1), messages
 
 
