@@ -277,7 +277,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"integration: {s.name:<18} {s.url}  pid {s.proc.pid}", flush=True)
         env = {**os.environ, **test_env, "FASTMODE_TOPOLOGY_FILE": str(state_file),
                "PYTHONUNBUFFERED": "1"}
-        cmd = [*test_cmd, *args.pytest_args]
+        # here engines are local processes, so the process-control tests run too: an empty -m
+        # (given after the compose file's) lifts its "not process_control" filter
+        cmd = [*test_cmd, "-m", "", *args.pytest_args]
         print(f"integration: {' '.join(cmd[2:])}  (gateway {env.get('FASTMODE_GATEWAY_URL')})",
               flush=True)
         try:

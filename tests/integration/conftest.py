@@ -124,12 +124,15 @@ class Topology:
 @pytest.fixture(scope="session")
 def gateway_url() -> str:
     if not GATEWAY_URL:
-        pytest.skip("no topology: set FASTMODE_GATEWAY_URL or run `make test-integration`")
+        pytest.fail("no topology: set FASTMODE_GATEWAY_URL or run `make test-integration`")
     return GATEWAY_URL
 
 
 @pytest.fixture(scope="session")
 def topology() -> Topology:
     if not TOPOLOGY_FILE:
-        pytest.skip("needs FASTMODE_TOPOLOGY_FILE (scripts/integration.py) to kill engines")
+        pytest.fail(
+            "needs FASTMODE_TOPOLOGY_FILE (scripts/integration.py) to kill engines; in compose "
+            "these tests are deselected with -m 'not process_control'"
+        )
     return Topology(Path(TOPOLOGY_FILE))

@@ -2,7 +2,7 @@
 
 Runs against a live topology (``make test-integration`` starts one as local processes, or
 ``docker compose up --exit-code-from integration-tests``); skipped without one. Every wait is
-bounded. Tests that kill and restart an engine need the process topology (skipped in compose).
+bounded. Tests that kill and restart an engine need the process topology (deselected in compose with -m 'not process_control').
 """
 
 from __future__ import annotations
@@ -282,6 +282,7 @@ async def _wait_rotation(gateway: str, url: str, up: bool, timeout: float = 15) 
     raise AssertionError(f"{url} not {'in' if up else 'out of'} rotation after {timeout} s")
 
 
+@pytest.mark.process_control
 async def test_engine_killed_mid_run(gateway_url: str, topology: Topology) -> None:
     client = asdk(gateway_url)
     victim_url, survivor_url = sorted(upstreams(gateway_url)["standard"])
@@ -340,6 +341,7 @@ async def test_engine_killed_mid_run(gateway_url: str, topology: Topology) -> No
                       outcome="failed") >= 3
 
 
+@pytest.mark.process_control
 async def test_engine_restarted_rejoins_rotation(gateway_url: str, topology: Topology) -> None:
     urls = sorted(upstreams(gateway_url)["standard"])
     victim_url = urls[0]
