@@ -2,7 +2,8 @@
 
 Hot streams use a plain ``StreamingResponse`` of pre-encoded bytes (several times faster than
 sse-starlette); when the writer falls behind the modeled timeline, the tokens that are already
-due go out in one write.
+due go out in one write. (A hand-rolled response without Starlette's task group was tried and
+measured slower: 17 vs 14 us of server CPU per token at 64 spark streams.)
 """
 
 from __future__ import annotations
