@@ -13,7 +13,7 @@ from typing import Any
 
 from .drivers import Arrival, VirtualDriver
 from .engine import EngineSpec
-from .perf import Placement, StepTime, prefill_attention_context
+from .perf import Placement, StepTime
 from .profiles import Catalog
 from .scheduler import Sequence
 
@@ -165,7 +165,7 @@ def predict_tier(
         batch,
         bg.kv_tokens + ctx,
         bg.prefill_tokens_per_step,
-        prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+        bg.prefill_context,
     )
     if output_tokens > 1:
         itl = (seq.finished_at - seq.first_token_at) / (output_tokens - 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .perf import Placement, prefill_attention_context
+from .perf import Placement
 from .scheduler import Background
 
 
@@ -34,19 +34,20 @@ class Prices:
         ) / 1e6
 
 
-def hardware_cost_per_token(placement: Placement, background: Background) -> float:
-    """USD of hardware time per output token at the deployment's modeled operating point.
-
-    The operating point is the background load plus one more sequence (the user's).
-    """
+def operating_step_seconds(placement: Placement, background: Background) -> float:
+    """One decode step at the deployment's modeled operating point: the background load plus one
+    more sequence (the user's). What one more user sees, and what a token costs."""
     batch = background.seqs + 1
-    step = placement.step_seconds(
+    return placement.step_seconds(
         batch,
         batch * background.context_tokens,
         background.prefill_tokens_per_step,
-        prefill_attention_context(
-            background.prefill_tokens_per_step, background.context_tokens // 2
-        ),
+        background.prefill_context,
     )
+
+
+def hardware_cost_per_token(placement: Placement, background: Background) -> float:
+    """USD of hardware time per output token at the deployment's modeled operating point."""
     hourly = placement.chips * placement.hardware.price_per_hour_usd
-    return hourly / 3600.0 * step / batch
+    step = operating_step_seconds(placement, background)
+    return hourly / 3600.0 * step / (background.seqs + 1)

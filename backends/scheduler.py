@@ -54,6 +54,11 @@ class Background:
     def kv_tokens(self) -> int:
         return self.seqs * self.context_tokens
 
+    @property
+    def prefill_context(self) -> float:
+        """Context their prompt tokens attend to: each chunk lands mid-way into its prompt."""
+        return prefill_attention_context(self.prefill_tokens_per_step, self.context_tokens // 2)
+
 
 WAITING, PREFILL, DECODE, FINISHED, CANCELLED = (
     "waiting",
@@ -225,7 +230,7 @@ class Scheduler:
         n_dec = len(self.decoding)
         budget = self.limits.max_batched_tokens - n_dec - bg.seqs - bg.prefill_tokens_per_step
         prefill_tokens = bg.prefill_tokens_per_step
-        prefill_ctx = prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2)
+        prefill_ctx = bg.prefill_context
         chunks: list[tuple[Sequence, int]] = []
         for seq in self.prefilling:
             # Always let the oldest prompt make progress, even when decoders eat the budget.
@@ -307,7 +312,7 @@ class Scheduler:
             len(self.decoding) + bg.seqs,
             self._decode_ctx + bg.kv_tokens,
             bg.prefill_tokens_per_step,
-            prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+            bg.prefill_context,
         )
         steps = self._finish_heap[0][0] - self.step_index
         return now + steps * dt * (1.0 - 1e-9)
@@ -328,7 +333,7 @@ class Scheduler:
             line = self._lines[n] = self.placement.decode_line(
                 n + bg.seqs,
                 bg.prefill_tokens_per_step,
-                prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
+                bg.prefill_context,
             )
         w, c0, c1, k1, floor, fixed = line
         start = now

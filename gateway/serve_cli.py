@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from backends.perf import prefill_attention_context
-
 from .config import Config, load_config
 
 
@@ -20,22 +18,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def describe(config: Config) -> list[str]:
-    """One line per tier: model, modeled speed for one more user, and prices."""
+    """One line per tier: model, modeled speed for one more user (or its upstreams), prices."""
     from backends.engine import build
+    from backends.pricing import operating_step_seconds
 
     spec = build(config.sim())
     lines = []
     for name, tier in spec.tiers.items():
-        d = tier.deployment
-        bg = d.background
-        batch = bg.seqs + 1
-        step = d.placement.step_seconds(
-            batch, batch * bg.context_tokens, bg.prefill_tokens_per_step,
-            prefill_attention_context(bg.prefill_tokens_per_step, bg.context_tokens // 2),
-        )
+        remote = config.remote.tiers.get(name)
+        if remote is not None:
+            speed = f"remote: {len(remote.upstreams)} upstream(s)"
+        else:
+            d = tier.deployment
+            speed = f"~{1 / operating_step_seconds(d.placement, d.background):7.0f} tok/s/user"
         p = tier.prices
         lines.append(
-            f"  {name:<9} {tier.model:<15} ~{1 / step:7.0f} tok/s/user   "
+            f"  {name:<9} {tier.model:<15} {speed:<22} "
             f"${p.input:.2f} in / ${p.cached_input:.2f} cached / ${p.output:.2f} out per MTok"
         )
     return lines
