@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import orjson
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from starlette.responses import Response, StreamingResponse
 
 from backends.textgen import GenerationRequest, ToolSpec
@@ -64,7 +64,7 @@ class MessagesRequest(Lenient):
     max_tokens: int = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
-    stream: bool = False
+    stream: StrictBool = False
     temperature: float | None = Field(None, ge=0, le=1)
     stop_sequences: list[str] | None = None
     tools: list[AnthropicTool] | None = None

@@ -10,7 +10,7 @@ import re
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, field_validator
 
 from .errors import APIError, bad_request
 
@@ -42,8 +42,8 @@ class NamedToolChoice(Lenient):
 
 
 class StreamOptions(Lenient):
-    include_usage: bool = False
-    include_obfuscation: bool = False
+    include_usage: StrictBool = False
+    include_obfuscation: StrictBool = False
 
 
 class ChatMessage(Lenient):
@@ -57,7 +57,7 @@ class ChatMessage(Lenient):
 class ChatRequest(Lenient):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -68,11 +68,11 @@ class ChatRequest(Lenient):
     n: int | None = Field(None, ge=1, le=128)
     tools: list[ChatTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: StrictBool | None = None
     service_tier: ServiceTier | None = None
-    logprobs: bool | None = None
+    logprobs: StrictBool | None = None
     user: str | None = None
-    ignore_eos: bool = False  # vLLM's extension: produce exactly max_tokens (benchmarks)
+    ignore_eos: StrictBool = False  # vLLM's extension: produce exactly max_tokens (benchmarks)
 
     @field_validator("stop")
     @classmethod
@@ -87,7 +87,7 @@ class ResponsesTool(Lenient):
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponsesToolChoice(Lenient):
@@ -99,19 +99,19 @@ class ResponsesRequest(Lenient):
     model: str
     input: str | list[dict[str, Any]]
     instructions: str | None = None
-    stream: bool = False
+    stream: StrictBool = False
     max_output_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     tools: list[ResponsesTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | ResponsesToolChoice | None = None
     previous_response_id: str | None = None
-    store: bool | None = None
+    store: StrictBool | None = None
     service_tier: ServiceTier | None = None
     seed: int | None = None  # not in OpenAI's Responses API; accepted for reproducible tests
     metadata: dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    ignore_eos: bool = False
+    parallel_tool_calls: StrictBool | None = None
+    ignore_eos: StrictBool = False
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:

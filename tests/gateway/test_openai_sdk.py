@@ -224,6 +224,9 @@ def test_malformed_json_is_a_400_not_a_500(live_server: str) -> None:
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
     r = httpx.post(live_server + "/v1/chat/completions", json={"model": 3, "messages": USER})
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
+    r = httpx.post(live_server + "/v1/chat/completions",
+                   json={"model": "frontier", "messages": USER, "stream": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream"
     r = httpx.get(live_server + "/v1/nothing-here")
     assert r.status_code == 404 and "error" in r.json()
 
