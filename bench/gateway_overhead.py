@@ -14,8 +14,6 @@ Loopback only; every run is bounded. Usage: python bench/gateway_overhead.py [--
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,8 +22,8 @@ import time
 from pathlib import Path
 
 import orjson
+from harness import ROOT, cpu_seconds, free_port, stop, wait_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TOKENS = 1500
 
@@ -34,12 +32,6 @@ BENCH_CONFIG_PATCH = {
     "spark": ("max_batch = 64", "max_batch = 1024", "occupancy = 0.5", "occupancy = 0.03"),
     "standard": ("max_batch = 256", "max_batch = 1024", "occupancy = 0.75", "occupancy = 0.19"),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_config() -> str:
@@ -55,24 +47,6 @@ def bench_config() -> str:
                     line = new + line[len(old):]
         out.append(line)
     return "\n".join(out)
-
-
-def wait_healthy(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-                if b"200" in s.recv(100):
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("server not healthy")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def one_stream(port: int, model: str, tokens: int) -> dict:
@@ -223,7 +197,7 @@ async def main() -> None:
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:
-            wait_healthy(port)
+            wait_healthy(port, proc)
             print("1. overhead: one spark stream, token arrival minus modeled time")
             await one_stream(port, "frontier-spark", 50)  # warm-up
             r = await one_stream(port, "frontier-spark", TOKENS)
@@ -235,19 +209,17 @@ async def main() -> None:
             spark = await sweep(port, proc.pid, "frontier-spark", TOKENS, 8, limit)
             std = await sweep(port, proc.pid, "frontier", 200, 64, limit)
         finally:
-            proc.terminate()
-            proc.wait(10)
+            stop(proc)
     itl = 1 / 1150
     port = free_port()
     bare = subprocess.Popen([PY, "-c", BARE_APP, str(port), str(itl)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_healthy(port)
+        wait_healthy(port, bare)
         print("3. the same chunks from a bare ASGI app (the practical ceiling)")
         bare_rows = await sweep(port, bare.pid, "bare", TOKENS, 8, limit)
     finally:
-        bare.terminate()
-        bare.wait(10)
+        stop(bare)
 
     def best(rows: list) -> dict:
         held = [r for r in rows if r["held"]]

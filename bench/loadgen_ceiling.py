@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import ROOT, free_port
+
 sys.path.insert(0, str(ROOT))
 
 TOKEN_EVENT = (
@@ -98,12 +99,6 @@ def serve_main(port: int, per_write: int) -> None:
     import uvloop
 
     uvloop.run(_serve(port, per_write))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(per_write: int) -> tuple[subprocess.Popen, str]:

@@ -13,41 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port)], cwd=ROOT,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not become healthy in 30 s")
+from harness import ROOT, start_gateway, stop
 
 
 def main() -> int:
@@ -61,7 +31,7 @@ def main() -> int:
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    proc, url = start_server()
+    proc, url = start_gateway()
     try:
         cmd = [
             sys.executable, "-m", "gateway.cli", "bench", "--url", url, "--rate", str(args.rate),
@@ -73,11 +43,7 @@ def main() -> int:
         print("$ fastmode " + " ".join(cmd[3:]), flush=True)
         code = subprocess.call(cmd, cwd=ROOT, env={**os.environ, "COLUMNS": "140"})
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
     if code != 0:
         return code
     doc = json.loads((out / "report.json").read_text())

@@ -23,8 +23,6 @@ Usage: python bench/remote_hop.py [--quick]
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,17 +30,11 @@ import time
 from pathlib import Path
 
 import orjson
+from harness import ROOT, cpu_seconds, free_port, start, stop, wait_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TOKENS = 1500
 PATCH = ("max_batch = 64", "max_batch = 1024", "occupancy = 0.5", "occupancy = 0.03")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_config(remote: bool) -> str:
@@ -93,26 +85,6 @@ def run_engine(port: int, config: str, deployment: str) -> None:
 
     uvicorn.run(stamped, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
                 http="httptools", ws="none")
-
-
-def wait_healthy(port: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server on {port} exited")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-                if b"200" in s.recv(100):
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"server on {port} not healthy")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def one_stream(port: int, tokens: int, stamp: bool = False) -> dict:
@@ -216,11 +188,6 @@ async def hop_latency(engine: int, gateway: int, streams: int, tokens: int) -> d
     return out
 
 
-def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})})
-
-
 async def main() -> None:
     quick = "--quick" in sys.argv
     limit = 128 if quick else 1024
@@ -247,9 +214,7 @@ async def main() -> None:
             print("2. capacity: spark streams through the remote gateway", flush=True)
             remote_rows = await sweep("remote", g_port,
                                       {"gateway": gateway.pid, "engine": engine.pid}, limit)
-            for p in (gateway, engine):
-                p.terminate()
-                p.wait(30)
+            stop(gateway, engine)
             local = start([PY, "-m", "gateway.cli", "serve", "--port", str(l_port),
                            "--config", str(local_cfg)])
             procs.append(local)
@@ -257,14 +222,7 @@ async def main() -> None:
             print("   capacity: spark streams through an in-process gateway", flush=True)
             local_rows = await sweep("in-process", l_port, {"gateway": local.pid}, limit)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-                    try:
-                        p.wait(30)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
-                        p.wait()
+            stop(*procs)
 
     print("\nsummary (loopback)")
     print("  per-token latency, engine write -> client receive (ms):")

@@ -22,16 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import httpx
+from harness import ROOT, start_gateway, stop  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from clients.client import Client  # noqa: E402
@@ -53,33 +49,6 @@ TIERS = {"spark": ("/v1", "frontier-spark"), "standard": ("/v1", "frontier")}
 MODES = ("fresh-http", "keepalive-http", "websocket")
 ANSWER_TOKENS = 40  # cap on the model's text answers after a tool result
 SESSION_TIMEOUT_S = 300.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(rtt_ms: float) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-         "--emulate-rtt-ms", str(rtt_ms)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server (rtt {rtt_ms} ms) exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("server did not become healthy in 30 s")
 
 
 def client_for(mode: str, base: str) -> Client:
@@ -131,7 +100,7 @@ def fmt_ms(s: float) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    servers = [start_server(r) for r in args.rtt_ms]
+    servers = [start_gateway("--emulate-rtt-ms", str(r)) for r in args.rtt_ms]
     try:
         results: dict[tuple[float, str, str], dict] = {}
         for (_, base), rtt in zip(servers, args.rtt_ms, strict=True):
@@ -162,13 +131,7 @@ async def main_async(args: argparse.Namespace) -> int:
               "agent runs.")
         return 0
     finally:
-        for proc, _ in servers:
-            proc.terminate()
-        for proc, _ in servers:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(*(proc for proc, _ in servers))
 
 
 def main() -> int:

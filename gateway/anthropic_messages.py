@@ -22,7 +22,7 @@ from backends.textgen import GenerationRequest, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
 from .errors import APIError, bad_request
-from .schemas import parse_json, validate
+from .schemas import parse_json, resolve_tool_choice, validate
 from .service import Gateway, Job, new_id
 
 FAST_BETA = "fast-mode-2026-02-01"
@@ -128,15 +128,12 @@ def normalise(req: MessagesRequest, fast_beta: bool) -> tuple[GenerationRequest,
         ToolSpec(t.name, t.description or "", t.input_schema) for t in req.tools or []
     )
     choice = req.tool_choice
-    if choice is None:
-        tool_choice = "auto" if specs else "none"
-    elif choice.type == "tool":
-        if choice.name not in {s.name for s in specs}:
-            raise bad_request(f"tool_choice.name: no tool named {choice.name!r} in tools.",
-                              param="tool_choice.name")
-        tool_choice = choice.name
-    else:
-        tool_choice = {"any": "required"}.get(choice.type, choice.type)
+    literal = None if choice is None else {"any": "required"}.get(choice.type, choice.type)
+    tool_choice = resolve_tool_choice(
+        {s.name for s in specs},
+        None if literal == "tool" else literal,
+        (choice.name or "") if choice is not None and choice.type == "tool" else None,
+    )
     tools_wire = [t.model_dump(exclude_none=True) for t in req.tools or []]
     gen = GenerationRequest(
         messages=messages,

@@ -14,7 +14,7 @@ from backends.textgen import GenerationRequest, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
 from .errors import bad_request
-from .schemas import ChatRequest, NamedToolChoice
+from .schemas import ChatRequest, NamedToolChoice, resolve_tool_choice
 from .service import FAST_SERVICE_TIERS, Job, service_tier_label
 
 FINGERPRINT = "fp_fastmode"
@@ -36,24 +36,13 @@ def normalise(req: ChatRequest) -> tuple[GenerationRequest, int, int | None, boo
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     specs = tuple(ToolSpec.from_wire(t) for t in tools)
-    names = {s.name for s in specs}
     choice = req.tool_choice
-    if choice is None:
-        tool_choice = "auto" if specs else "none"
-    elif isinstance(choice, NamedToolChoice):
-        if choice.function.name not in names:
-            raise bad_request(
-                f"Invalid value for 'tool_choice': no function named "
-                f"'{choice.function.name}' was given in 'tools'.",
-                param="tool_choice",
-            )
-        tool_choice = choice.function.name
-    else:
-        tool_choice = choice
-        if choice == "required" and not specs:
-            raise bad_request(
-                "Invalid value for 'tool_choice': 'required' needs 'tools'.", param="tool_choice"
-            )
+    named = isinstance(choice, NamedToolChoice)
+    tool_choice = resolve_tool_choice(
+        {s.name for s in specs},
+        None if named else choice,
+        choice.function.name if named else None,
+    )
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
     gen = GenerationRequest(
         messages=messages,

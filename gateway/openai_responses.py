@@ -16,7 +16,7 @@ from backends.textgen import GenerationRequest, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
 from .errors import APIError, bad_request
-from .schemas import ResponsesRequest, ResponsesToolChoice
+from .schemas import ResponsesRequest, ResponsesToolChoice, resolve_tool_choice
 from .service import FAST_SERVICE_TIERS, Job, service_tier_label
 
 
@@ -112,17 +112,10 @@ def normalise(
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     specs = tuple(ToolSpec.from_wire(t) for t in tools)
     choice = req.tool_choice
-    if choice is None:
-        tool_choice = "auto" if specs else "none"
-    elif isinstance(choice, ResponsesToolChoice):
-        if choice.name not in {s.name for s in specs}:
-            raise bad_request(
-                f"Invalid value for 'tool_choice': no function named '{choice.name}' in 'tools'.",
-                param="tool_choice",
-            )
-        tool_choice = choice.name
-    else:
-        tool_choice = choice
+    named = isinstance(choice, ResponsesToolChoice)
+    tool_choice = resolve_tool_choice(
+        {s.name for s in specs}, None if named else choice, choice.name if named else None
+    )
     gen = GenerationRequest(
         messages=messages,
         seed=req.seed,

@@ -114,6 +114,28 @@ class ResponsesRequest(Lenient):
     ignore_eos: StrictBool = False
 
 
+def resolve_tool_choice(
+    names: set[str], literal: str | None, forced: str | None, param: str = "tool_choice"
+) -> str:
+    """The generator's tool choice from a request's: ``none`` | ``auto`` | ``required`` | a name.
+
+    ``literal`` is the string form (None when absent), ``forced`` the name of a named choice.
+    Shared by the Chat, Responses and Messages front ends, which only differ in wire shape.
+    """
+    if forced is not None:
+        if forced not in names:
+            raise bad_request(
+                f"Invalid value for '{param}': no function named '{forced}' was given in 'tools'.",
+                param=param,
+            )
+        return forced
+    if literal is None:
+        return "auto" if names else "none"
+    if literal == "required" and not names:
+        raise bad_request(f"Invalid value for '{param}': 'required' needs 'tools'.", param=param)
+    return literal
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     if not raw:
         raise bad_request("The request body is empty; expected a JSON object.")
