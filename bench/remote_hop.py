@@ -60,7 +60,7 @@ def run_engine(port: int, config: str, deployment: str) -> None:
 
     from gateway.app import create_app
     from gateway.config import load_config
-    from gateway.engine_cli import engine_config
+    from gateway.engine_config import engine_config
 
     app = create_app(engine_config(load_config(config), deployment))
 
@@ -204,7 +204,7 @@ async def main() -> None:
             engine = start([PY, __file__, "_engine", str(e_port), str(remote_cfg), "spark"])
             procs.append(engine)
             wait_healthy(e_port, engine)
-            gateway = start([PY, "-m", "gateway.cli", "serve", "--port", str(g_port),
+            gateway = start([PY, "-m", "commands", "serve", "--port", str(g_port),
                              "--config", str(remote_cfg)], env)
             procs.append(gateway)
             wait_healthy(g_port, gateway)
@@ -215,7 +215,7 @@ async def main() -> None:
             remote_rows = await sweep("remote", g_port,
                                       {"gateway": gateway.pid, "engine": engine.pid}, limit)
             stop(gateway, engine)
-            local = start([PY, "-m", "gateway.cli", "serve", "--port", str(l_port),
+            local = start([PY, "-m", "commands", "serve", "--port", str(l_port),
                            "--config", str(local_cfg)])
             procs.append(local)
             wait_healthy(l_port, local)

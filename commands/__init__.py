@@ -1,7 +1,7 @@
-"""The ``fastmode`` command: one entry point, subcommands contributed by each package.
+"""The ``fastmode`` command: one entry point, one module per subcommand in this package.
 
-Each package keeps its own commands (``backends.cli``: predict, simulate; ``gateway.serve_cli``:
-serve; ``gateway.engine_cli``: engine; ``clients.cli``: chat, bench) and registers them here.
+``commands`` sits above every other package (it may import ``backends``, ``gateway``,
+``clients``); nothing imports it. Each module here has ``register(subparsers)``.
 Bad input is a one-line error naming the field, exit status 2, no traceback: a command raises
 any exception class named ``UsageError``, or a ``ProfileError`` / ``ConfigError``.
 """
@@ -13,7 +13,15 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = ("backends.cli", "gateway.serve_cli", "gateway.engine_cli", "clients.cli")
+# transitional: modules move into this package one by one (commands.<name>)
+COMMAND_MODULES = (
+    "backends.cli",
+    "commands.serve",
+    "commands.engine",
+    "commands.chat",
+    "commands.bench",
+    "commands.calibrate",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

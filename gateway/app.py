@@ -1,58 +1,43 @@
-"""The HTTP edge: FastAPI routes for /v1 and /fast/v1, SSE streaming, errors, metrics.
+"""The HTTP edge: builds the FastAPI app from the protocol plug-ins and the turn pipeline.
 
 Hot streams use a plain ``StreamingResponse`` of pre-encoded bytes (several times faster than
-sse-starlette); when the writer falls behind the modeled timeline, the tokens that are already
-due go out in one write. (A hand-rolled response without Starlette's task group was tried and
-measured slower: 17 vs 14 us of server CPU per token at 64 spark streams.)
+sse-starlette). A hand-rolled response without Starlette's task group was tried and measured
+slower (17 vs 14 us of server CPU per token at 64 spark streams).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
-from . import anthropic_messages, netem, ws
+from . import netem, protocols
+from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
-from .openai_chat import ChatStream, completion_body
-from .openai_chat import normalise as normalise_chat
-from .openai_responses import (
-    ResponseEvents,
-    ResponseStore,
-    StoredResponse,
-    conversation_after,
-    sse,
-)
-from .openai_responses import normalise as normalise_responses
+from .ids import new_id
 from .remote import RemoteTiers
-from .schemas import ChatRequest, ResponsesRequest, parse_json, validate
-from .service import Gateway, Job
+from .response_store import ResponseStore
+from .turn import http_endpoint, internal_error, json_response
+from .websocket import add_routes as add_websocket_routes
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+log = logging.getLogger("fastmode.app")
 
 
 def create_app(config: Config | None = None) -> FastAPI:
     config = config or load_config()
     gateway = Gateway(config)
-    store = ResponseStore()
     remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
         await remote.start()
         yield
@@ -61,26 +46,9 @@ def create_app(config: Config | None = None) -> FastAPI:
 
     app = FastAPI(title="fastmode", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gateway
-    app.state.responses = store
+    app.state.responses = ResponseStore()
     app.state.remote = remote
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> Response:
-        return exc.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        code = "not_found" if exc.status_code == 404 else None
-        msg = f"Unknown path {request.url.path}" if exc.status_code == 404 else str(exc.detail)
-        return APIError(exc.status_code, msg, code=code).response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> Response:
-        return APIError(400, str(exc.errors()[0].get("msg", "invalid request"))).response()
-
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception) -> Response:
-        return APIError(500, f"Internal error: {type(exc).__name__}").response()
+    _error_handlers(app)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -91,51 +59,46 @@ def create_app(config: Config | None = None) -> FastAPI:
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
-        _routes(app, gateway, store, prefix, fast)
-        anthropic_messages.add_routes(app, gateway, prefix, fast)
+        _model_routes(app, gateway, prefix, fast)
+        for path, protocol in protocols.ENDPOINTS.items():
+            app.add_api_route(prefix + path, http_endpoint(protocol, fast), methods=["POST"])
     network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
-    ws.add_routes(app, gateway, store, network)  # Responses WebSocket mode (gateway/ws.py)
+    add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
     return app
 
 
-def _headers(job: Job, started: float) -> dict[str, str]:
-    h = {
-        "x-request-id": job.id,
-        "x-fastmode-tier": job.tier.name,
-        "openai-processing-ms": str(int((time.perf_counter() - started) * 1000)),
-        **job.headers,
-    }
-    if job.downgraded:
-        h["x-fastmode-requested-tier"] = job.requested_tier
-    return h
+def _error_handlers(app: FastAPI) -> None:
+    """Errors outside a route's own handling, in the format of the route's protocol."""
+
+    def answer(request: Request, error: APIError) -> Response:
+        return protocols.for_path(request.url.path).error_response(error, new_id("req"))
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> Response:
+        return answer(request, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            error = APIError(404, f"Unknown path {request.url.path}", code="not_found")
+        elif exc.status_code == 405:
+            error = APIError(405, f"Method {request.method} is not allowed on "
+                             f"{request.url.path}.", code="method_not_allowed")
+        else:
+            error = APIError(exc.status_code, str(exc.detail))
+        return answer(request, error)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return answer(request, APIError(400, str(exc.errors()[0].get("msg", "invalid request"))))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return answer(request, internal_error(exc))
 
 
-async def _wait_finished(job: Job, request: Request) -> bool:
-    """Drain the job's tokens; False if the client went away first (the job is cancelled)."""
-
-    async def drain() -> None:
-        async for _ in job.tokens():
-            pass
-
-    async def disconnected() -> None:
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                return
-
-    drain_task = asyncio.ensure_future(drain())
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        done, _ = await asyncio.wait({drain_task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not drain_task.done():
-            drain_task.cancel()
-            job.cancel()
-    return drain_task in done and not drain_task.cancelled()
-
-
-def _routes(app: FastAPI, gateway: Gateway, store: ResponseStore, prefix: str, fast: bool) -> None:
+def _model_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
     def model_card(model: str) -> dict[str, Any]:
         tier = gateway.resolve(model, fast)
         return {
@@ -154,97 +117,3 @@ def _routes(app: FastAPI, gateway: Gateway, store: ResponseStore, prefix: str, f
     @app.get(prefix + "/models/{model_id:path}")
     async def get_model(model_id: str) -> Response:
         return json_response(model_card(model_id))
-
-    @app.post(prefix + "/chat/completions")
-    async def chat(request: Request) -> Response:
-        started = time.perf_counter()
-        body = parse_json(await request.body())
-        req: ChatRequest = validate(ChatRequest, body)
-        gen, prompt, cap, want_fast = normalise_chat(req)
-        remote: RemoteTiers = request.app.state.remote
-        if remote.serves(req.model, fast or want_fast):
-            return await remote.chat(request, body, req, prompt, cap, fast or want_fast, started)
-        job = gateway.admit(
-            model=req.model,
-            fast=fast or want_fast,
-            request=gen,
-            prompt_tokens=prompt,
-            max_tokens=cap,
-            authorization=request.headers.get("authorization"),
-        )
-        headers = _headers(job, started)
-        if not req.stream:
-            ok = await _wait_finished(job, request)
-            gateway.settle(job, 200)
-            if not ok:
-                return Response(status_code=499)
-            usage = gateway.usage_dict(job)
-            headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
-            return json_response(completion_body(job, usage), headers=headers)
-
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        encoder = ChatStream(job, include_usage)
-
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                async for start, times in job.tokens():
-                    yield encoder.encode(start, len(times))
-                gateway.settle(job, 200)
-                yield encoder.finish(gateway.usage_dict(job))
-            finally:
-                gateway.settle(job, 200)
-
-        return StreamingResponse(
-            stream(), media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
-        )
-
-    @app.post(prefix + "/responses")
-    async def responses(request: Request) -> Response:
-        started = time.perf_counter()
-        body = parse_json(await request.body())
-        req: ResponsesRequest = validate(ResponsesRequest, body)
-        gen, prompt, cap, want_fast, cached, messages = normalise_responses(req, store)
-        request.app.state.remote.refuse(req.model, fast or want_fast)
-        job = gateway.admit(
-            model=req.model,
-            fast=fast or want_fast,
-            request=gen,
-            prompt_tokens=prompt,
-            max_tokens=cap,
-            cached_tokens=cached,
-            authorization=request.headers.get("authorization"),
-        )
-        headers = _headers(job, started)
-        events = ResponseEvents(job, req, gateway.usage_dict(job, chat=False))
-
-        def remember() -> None:
-            if req.store is not False:
-                store.put(StoredResponse(
-                    events.rid, job.model, conversation_after(job, messages),
-                    job.prompt_tokens + job.gen.output_tokens,
-                ))
-
-        if not req.stream:
-            ok = await _wait_finished(job, request)
-            gateway.settle(job, 200)
-            if not ok:
-                return Response(status_code=499)
-            remember()
-            headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
-            events.tokens(0, job.gen.output_tokens)
-            return json_response(events.response("completed"), headers=headers)
-
-        async def stream() -> AsyncIterator[bytes]:
-            try:
-                yield sse(events.opening())
-                async for start, times in job.tokens():
-                    yield sse(events.tokens(start, len(times)))
-                gateway.settle(job, 200)
-                remember()
-                yield sse(events.closing())
-            finally:
-                gateway.settle(job, 200)
-
-        return StreamingResponse(
-            stream(), media_type="text/event-stream", headers={**SSE_HEADERS, **headers}
-        )

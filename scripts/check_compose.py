@@ -38,9 +38,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.cli import build_parser  # noqa: E402
+from commands import build_parser  # noqa: E402
 from gateway.config import ConfigError, load_config  # noqa: E402
-from gateway.engine_cli import engine_config  # noqa: E402
+from gateway.engine_config import engine_config  # noqa: E402
 
 PROBLEMS: list[str] = []
 

@@ -114,7 +114,7 @@ def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
         if not cmd or cmd[0] != "fastmode":
             raise SystemExit(f"{COMPOSE.name}: service {name}: command must be `fastmode ...`")
         mounts = _mounts(svc)
-        argv = [sys.executable, "-m", "gateway.cli", *cmd[1:]]
+        argv = [sys.executable, "-m", "commands", *cmd[1:]]
         port = urls[name].rsplit(":", 1)[1]
         for i, arg in enumerate(argv[:-1]):
             nxt = argv[i + 1]

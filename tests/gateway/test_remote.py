@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, default_config_text, load_config
-from gateway.engine_cli import engine_config
+from gateway.engine_config import engine_config
 from gateway.remote import Call, Tap, UpstreamPool, upstream_error
 
 USER = [{"role": "user", "content": "hello"}]

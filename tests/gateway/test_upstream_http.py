@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from gateway.upstream_http import ConnectError, Disconnected, Pool, ReadTimeout
+from gateway.remote.http import ConnectError, Disconnected, Pool, ReadTimeout
 
 
 @contextlib.asynccontextmanager

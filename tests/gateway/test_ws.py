@@ -14,7 +14,7 @@ import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from gateway.config import default_config_text
-from gateway.ws import MAX_FRAME_BYTES
+from gateway.websocket import MAX_FRAME_BYTES
 
 TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 KEY = "sk-fastmode-ws-test"

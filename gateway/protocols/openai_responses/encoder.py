@@ -1,159 +1,39 @@
-"""OpenAI Responses API: input items -> messages, reply -> response object and event sequence.
-
-The same ``ResponseEvents`` encoder feeds the SSE stream (``event:`` + ``data:`` lines) and the
-websocket (one JSON text frame per event), so both transports send identical events.
-"""
+"""Responses API wire format: the response object and its event sequence."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from backends.textgen import GenerationRequest, ToolSpec
-from backends.tokenizer import count_chat_prompt
-
-from .errors import APIError, bad_request
-from .schemas import ResponsesRequest, ResponsesToolChoice, resolve_tool_choice
-from .service import FAST_SERVICE_TIERS, Job, service_tier_label
-
-
-@dataclass
-class StoredResponse:
-    """What a later turn needs from an earlier response to continue it."""
-
-    id: str
-    model: str
-    messages: list[dict[str, Any]]  # the whole conversation, the reply included
-    context_tokens: int  # prompt + output tokens of that response: cached for the next turn
+from ...errors import APIError
+from ...job import Job
+from ...routing import service_tier_label
+from ..base import Encoder, Frames
+from .schema import ResponsesRequest, ResponsesToolChoice
 
 
-class ResponseStore:
-    """Bounded in-memory store of recent responses (``previous_response_id``)."""
-
-    def __init__(self, capacity: int = 1024) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
-
-    def put(self, item: StoredResponse) -> None:
-        self._items[item.id] = item
-        self._items.move_to_end(item.id)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
-
-    def get(self, rid: str) -> StoredResponse | None:
-        return self._items.get(rid)
+def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
+    out = job.gen.output_tokens if output is None else output
+    return {
+        "input_tokens": job.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": job.prompt_tokens + out,
+        "cost_usd": job.usage_cost(out),
+    }
 
 
-def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
-    """Responses input items as chat messages (what the tokenizer and the mock model read)."""
-    msgs: list[dict[str, Any]] = []
-    if req.instructions:
-        msgs.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        msgs.append({"role": "user", "content": req.input})
-        return msgs
-    for i, item in enumerate(req.input):
-        kind = item.get("type", "message")
-        if kind == "message" or ("role" in item and "type" not in item):
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise bad_request(
-                    f"Invalid value for 'input[{i}].role': {role!r}.", param=f"input[{i}].role"
-                )
-            msgs.append({"role": role, "content": item.get("content")})
-        elif kind == "function_call":
-            msgs.append({
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{
-                    "id": item.get("call_id", ""),
-                    "type": "function",
-                    "function": {"name": item.get("name", ""),
-                                 "arguments": item.get("arguments", "")},
-                }],
-            })
-        elif kind == "function_call_output":
-            out = item.get("output", "")
-            msgs.append({
-                "role": "tool",
-                "tool_call_id": item.get("call_id", ""),
-                "content": out if isinstance(out, str) else orjson.dumps(out).decode(),
-            })
-        elif kind in ("reasoning", "item_reference"):
-            continue
-        else:
-            raise bad_request(
-                f"Invalid value for 'input[{i}].type': {kind!r} is not supported.",
-                param=f"input[{i}].type",
-            )
-    return msgs
+class ResponsesEncoder(Encoder):
+    """The event sequence of one response, as JSON bytes per event (with sequence numbers).
 
+    The same events go out over SSE and the websocket."""
 
-def normalise(
-    req: ResponsesRequest, store: ResponseStore | None
-) -> tuple[GenerationRequest, int, int | None, bool, int, list[dict[str, Any]]]:
-    """Returns (generation request, prompt tokens, cap, fast, cached tokens, messages)."""
-    messages = input_messages(req)
-    cached = 0
-    if req.previous_response_id:
-        prev = store.get(req.previous_response_id) if store else None
-        if prev is None:
-            raise APIError(
-                400,
-                f"Previous response with id '{req.previous_response_id}' not found.",
-                param="previous_response_id",
-                code="previous_response_not_found",
-            )
-        messages = prev.messages + messages
-        cached = prev.context_tokens
-    tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
-    specs = tuple(ToolSpec.from_wire(t) for t in tools)
-    choice = req.tool_choice
-    named = isinstance(choice, ResponsesToolChoice)
-    tool_choice = resolve_tool_choice(
-        {s.name for s in specs}, None if named else choice, choice.name if named else None
-    )
-    gen = GenerationRequest(
-        messages=messages,
-        seed=req.seed,
-        temperature=1.0 if req.temperature is None else req.temperature,
-        tools=specs,
-        tool_choice=tool_choice,
-        ignore_eos=req.ignore_eos,
-    )
-    prompt = count_chat_prompt(messages, tools or None)
-    fast = req.service_tier in FAST_SERVICE_TIERS
-    return gen, prompt, req.max_output_tokens, fast, min(cached, prompt - 1), messages
-
-
-def conversation_after(job: Job, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation including this response's reply, for the next turn."""
-    gen = job.gen
-    if gen.tool_calls:
-        reply = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}}
-                for c in gen.tool_calls
-            ],
-        }
-    else:
-        reply = {"role": "assistant", "content": gen.text}
-    return messages + [reply]
-
-
-class ResponseEvents:
-    """The event sequence of one response, as JSON bytes per event (with sequence numbers)."""
-
-    def __init__(self, job: Job, req: ResponsesRequest, usage: dict[str, Any]) -> None:
+    def __init__(self, job: Job, req: ResponsesRequest) -> None:
         self.job = job
         self.req = req
-        self.usage = usage
+        self.usage = responses_usage(job)
         self.seq = 0
         self.rid = job.id.replace("req-", "resp_")
         self.msg_id = job.id.replace("req-", "msg_")
@@ -241,7 +121,7 @@ class ResponseEvents:
 
     # -- the events -------------------------------------------------------------------------
 
-    def opening(self) -> list[tuple[str, bytes]]:
+    def opening(self) -> Frames:
         return [
             ("response.created", self._event({"type": "response.created",
                                               "response": self.response("in_progress")})),
@@ -249,8 +129,8 @@ class ResponseEvents:
                                                   "response": self.response("in_progress")})),
         ]
 
-    def tokens(self, start: int, count: int) -> list[tuple[str, bytes]]:
-        out: list[tuple[str, bytes]] = []
+    def tokens(self, start: int, count: int) -> Frames:
+        out: Frames = []
         pieces = self.job.gen.pieces
         for i in range(start, min(start + count, len(pieces))):
             piece = pieces[i]
@@ -276,7 +156,7 @@ class ResponseEvents:
                     "item_id": self.fc_ids[k], "output_index": k, "delta": piece.text})))
         return out
 
-    def _open_message(self) -> list[tuple[str, bytes]]:
+    def _open_message(self) -> Frames:
         item = self._message_item("in_progress")
         item["content"] = []
         return [
@@ -288,9 +168,9 @@ class ResponseEvents:
                 "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})),
         ]
 
-    def closing(self) -> list[tuple[str, bytes]]:
+    def closing(self) -> Frames:
         gen = self.job.gen
-        out: list[tuple[str, bytes]] = []
+        out: Frames = []
         if gen.tool_calls:
             for k, call in enumerate(gen.tool_calls):
                 if k not in self._open_items:
@@ -322,11 +202,28 @@ class ResponseEvents:
         out.append((kind, self._event({"type": kind, "response": resp})))
         return out
 
-    def failed(self, message: str, code: str = "server_error") -> list[tuple[str, bytes]]:
+    def failed(self, error: APIError) -> Frames:
         resp = self.response("failed")
         resp["status"] = "failed"
-        resp["error"] = {"code": code, "message": message}
+        resp["error"] = {"code": error.code or "server_error", "message": error.message}
         return [("response.failed", self._event({"type": "response.failed", "response": resp}))]
+
+    def body(self) -> dict[str, Any]:
+        self.tokens(0, self.job.gen.output_tokens)
+        return self.response("completed")
+
+    def cancelled(self) -> Frames:
+        """``response.incomplete`` with status cancelled, the partial output, and usage billed
+        for the tokens that were sent (after settlement: ``job.cost_usd`` is final)."""
+        job = self.job
+        resp = self.response("incomplete")
+        resp["status"] = "cancelled"
+        usage = responses_usage(job, job.delivered)
+        usage["cost_usd"] = job.cost_usd
+        resp["usage"] = usage
+        resp["time_info"] = job.time_info()
+        return [("response.incomplete",
+                 self._event({"type": "response.incomplete", "response": resp}))]
 
 
 def _tool_choice_wire(req: ResponsesRequest) -> Any:
@@ -336,7 +233,3 @@ def _tool_choice_wire(req: ResponsesRequest) -> Any:
     if isinstance(c, ResponsesToolChoice):
         return {"type": "function", "name": c.name}
     return c
-
-
-def sse(events: list[tuple[str, bytes]]) -> bytes:
-    return b"".join(b"event: " + t.encode() + b"\ndata: " + body + b"\n\n" for t, body in events)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .config import Config, load_config
+from gateway.config import Config, load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,8 +42,8 @@ def describe(config: Config) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app
-    from .ws import MAX_FRAME_BYTES
+    from gateway.app import create_app
+    from gateway.websocket import MAX_FRAME_BYTES
 
     config = load_config(args.config)
     server = config.server

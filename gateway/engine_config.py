@@ -1,4 +1,4 @@
-"""``fastmode engine``: one deployment of the config as its own OpenAI-compatible server.
+"""The config of one engine process: one deployment of the full config, as its own server.
 
 This is what a vLLM instance is to a real gateway: the gateway (``fastmode serve`` with
 ``[remote.tiers.*]`` in its config) fronts several of these processes. The engine serves the
@@ -10,30 +10,15 @@ remote tiers: the gateway in front does both.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
-from .config import Config, ConfigError, load_config
+from backends.engine import build
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "engine", help="serve one deployment of the config as an OpenAI-compatible engine"
-    )
-    p.add_argument("--deployment", required=True, help="deployment name in the config")
-    p.add_argument("--host", help="bind address (default: config server.host, 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
-    p.add_argument("--config", help="TOML config file (default: the built-in one)")
-    p.add_argument("--replicas", type=int,
-                   help="replicas in this process (default: the deployment's `replicas`)")
-    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
-    p.set_defaults(func=run)
+from .config import Config, ConfigError
 
 
 def engine_config(config: Config, deployment: str, replicas: int | None = None) -> Config:
     """The config of an engine serving ``deployment`` alone (ConfigError if it is unknown)."""
-    from backends.engine import build
-
     if deployment not in config.deployments:
         raise ConfigError(
             f"--deployment: unknown deployment {deployment!r}; "
@@ -70,37 +55,3 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
         "routes": {m: {"standard": deployment, "fast": deployment} for m in models},
     }
     return Config.model_validate(raw)
-
-
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from .app import create_app
-
-    config = engine_config(load_config(args.config), args.deployment, args.replicas)
-    updates: dict[str, Any] = {}
-    if args.host:
-        updates["host"] = args.host
-    if args.port is not None:
-        updates["port"] = args.port
-    if updates:
-        config = config.model_copy(update={"server": config.server.model_copy(update=updates)})
-    server = config.server
-    dep = config.deployments[args.deployment]
-    print(
-        f"fastmode engine — deployment {args.deployment} ({dep.model} on {dep.chips}x "
-        f"{dep.hardware}, {dep.replicas} replica(s)); models: {', '.join(config.routes)}; "
-        f"http://{server.host}:{server.port}/v1",
-        flush=True,
-    )
-    uvicorn.run(
-        create_app(config),
-        host=server.host,
-        port=server.port,
-        log_level=args.log_level,
-        loop="uvloop",
-        http="httptools",
-        ws="none",  # engines serve HTTP only, as vLLM does; the gateway speaks websocket
-        timeout_graceful_shutdown=30,
-    )
-    return 0

@@ -1,47 +1,31 @@
-"""Responses API WebSocket mode: a persistent socket at ``/v1/responses`` and ``/fast/v1/responses``.
+"""One websocket connection in Responses WebSocket mode: frames in, lanes of turns, events out.
 
-One JSON event per text frame. The client sends ``{"type": "response.create", ...the create
-body...}`` and receives the same events as the SSE stream (``gateway.openai_responses``'s
-``ResponseEvents``), ending with ``response.completed`` / ``response.incomplete`` or an
-``error`` event. See docs/websocket.md for the protocol as fastmode implements it:
-
-* turns on one lane (``stream_id``, default: none) run one at a time, in order (FIFO, as the
-  SDK documents); up to ``MAX_LANES`` lanes run concurrently; ``MAX_PENDING`` creates may wait;
-* ``previous_response_id`` continues one of the connection's recent responses (kept in memory
-  even with ``store: false``) or a stored one: the earlier context is cached input;
-* ``{"type": "response.cancel"}`` (optional ``stream_id`` / ``response_id``) or closing the
-  socket cancels the running response: its batch slot is free at the engine's next step and
-  it is billed for the tokens sent;
-* bad frames get an ``error`` event and the socket stays open; frames over ``MAX_FRAME_BYTES``
-  are refused by the server (close 1009) before they are buffered;
-* after ``server.max_connection_age_s`` the server lets running turns finish (at most
-  ``AGE_GRACE_S``) and closes with 1001 and a reason;
-* with ``--emulate-rtt-ms``, opening the socket costs TCP + TLS + upgrade and each turn one RTT
-  (``gateway.netem``).
+Each turn runs through the same ``Turn`` pipeline as the HTTP routes (``gateway.turn``); this
+module adds only what a persistent connection needs: lanes, cancellation, limits and framing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from fastapi import FastAPI
 from starlette.websockets import WebSocket
 
-from .errors import APIError, bad_request
-from .netem import NetworkModel, network_time
-from .openai_responses import (
-    ResponseEvents,
-    ResponseStore,
-    StoredResponse,
-    conversation_after,
-    normalise,
-)
-from .schemas import ResponsesRequest, validate
-from .service import Gateway, Job
+from ..admission import Gateway
+from ..errors import APIError, bad_request
+from ..job import Job
+from ..netem import NetworkModel, network_time
+from ..protocols import RESPONSES, RequestContext
+from ..protocols.base import Frames
+from ..protocols.openai_responses import ResponsesRequest
+from ..response_store import ConnectionStore, ResponseStore
+from ..turn import Turn, internal_error
+
+log = logging.getLogger("fastmode.websocket")
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # larger frames: close 1009 (uvicorn ws_max_size)
 MAX_LANES = 16  # stream_id lanes running at once on one connection (OpenAI: 16)
@@ -53,34 +37,6 @@ CLOSE_POLICY = 1008
 LIMIT_CODE = "websocket_connection_limit_reached"
 EVENT_TYPES = ("response.create", "response.cancel")
 _DROPPED_FIELDS = ("type", "stream_id", "stream", "stream_options")
-
-
-def add_routes(
-    app: FastAPI, gateway: Gateway, store: ResponseStore, network: NetworkModel | None = None
-) -> None:
-    network = network or NetworkModel()
-    for prefix, fast in (("/v1", False), ("/fast/v1", True)):
-        app.router.add_websocket_route(
-            prefix + "/responses", _endpoint(gateway, store, fast, network)
-        )
-
-
-def _endpoint(gateway: Gateway, store: ResponseStore, fast: bool, network: NetworkModel):
-    async def responses_ws(websocket: WebSocket) -> None:
-        await Session(websocket, gateway, store, fast, network).serve()
-
-    return responses_ws
-
-
-class ConnectionStore(ResponseStore):
-    """The connection's own recent responses, then the gateway's shared store."""
-
-    def __init__(self, shared: ResponseStore) -> None:
-        super().__init__(RECENT_RESPONSES)
-        self.shared = shared
-
-    def get(self, rid: str) -> StoredResponse | None:
-        return super().get(rid) or self.shared.get(rid)
 
 
 @dataclass(eq=False)
@@ -95,6 +51,10 @@ class Lane:
     job: Job | None = None
     rid: str | None = None
     stream: asyncio.Task[None] | None = None
+
+
+class _SocketGone(Exception):
+    """Sending failed: the client closed the socket."""
 
 
 def error_event(exc: APIError, sid: str | None = None) -> bytes:
@@ -122,9 +82,10 @@ class Session:
         self.ws = websocket
         self.gateway = gateway
         self.store = store
-        self.cache = ConnectionStore(store)
+        self.cache = ConnectionStore(store, RECENT_RESPONSES)
         self.fast = fast
         self.network = network
+        self.headers = {k: v for k, v in websocket.headers.items()}
         self.authorization = websocket.headers.get("authorization")
         self.max_age = gateway.config.server.max_connection_age_s
         self.lanes: dict[str | None, Lane] = {}
@@ -236,8 +197,8 @@ class Session:
                                           param="background"), sid)
             return
         try:
-            req: ResponsesRequest = validate(
-                ResponsesRequest, {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
+            req: ResponsesRequest = RESPONSES.validate(
+                {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
             )
         except APIError as exc:
             await self._error(exc, sid)
@@ -289,10 +250,14 @@ class Session:
                 req = lane.queue.get_nowait()
                 try:
                     await self._turn(lane, req)
+                except _SocketGone:
+                    return  # the reader sees the disconnect and cleans up
+                except Exception as exc:  # a bug: say so on the socket and in the log
+                    log.exception("websocket turn failed")
+                    with contextlib.suppress(Exception):
+                        await self._error(internal_error(exc), lane.sid)
                 finally:
                     self.pending -= 1
-        except Exception:  # the socket broke while sending; the reader sees the disconnect
-            pass
         finally:
             if self.lanes.get(lane.sid) is lane:
                 del self.lanes[lane.sid]
@@ -310,12 +275,12 @@ class Session:
             lane.job = lane.stream = lane.rid = None
 
     async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None) -> None:
-        gateway = self.gateway
+        ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
-            gen, prompt, cap, want_fast, cached, messages = normalise(req, self.cache)
-            remote = getattr(self.ws.app.state, "remote", None)
-            if remote is not None:  # tiers served by upstream engines proxy Chat Completions only
-                remote.refuse(req.model, self.fast or want_fast)
+            turn = Turn(self.gateway, RESPONSES, req, ctx)
+            remote = self.ws.app.state.remote
+            if remote.serves(turn.request.model, turn.request.fast):
+                raise remote.unsupported(RESPONSES.name)
         except APIError as exc:
             await self._error(exc, sid)
             return
@@ -324,21 +289,13 @@ class Session:
             await asyncio.sleep(delay)
         network_time.set(delay)  # this task's context: read by Gateway.admit
         try:
-            job = gateway.admit(
-                model=req.model,
-                fast=self.fast or want_fast,
-                request=gen,
-                prompt_tokens=prompt,
-                max_tokens=cap,
-                cached_tokens=cached,
-                authorization=self.authorization,
-            )
+            job = turn.admit()
         except APIError as exc:
             await self._error(exc, sid)
             return
-        events = ResponseEvents(job, req, gateway.usage_dict(job, chat=False))
-        stream = asyncio.create_task(self._stream(job, events, sid))
-        lane.job, lane.rid, lane.stream = job, events.rid, stream
+        assert turn.encoder is not None
+        stream = asyncio.create_task(self._pump(turn, sid))
+        lane.job, lane.rid, lane.stream = job, getattr(turn.encoder, "rid", None), stream
         if lane.cancel_requested:
             job.cancel()
             stream.cancel()
@@ -346,38 +303,28 @@ class Session:
             await asyncio.wait({stream})
             failure = None if stream.cancelled() else stream.exception()
             if failure is not None:
-                raise failure  # the socket broke while sending
-            if job.finished:
-                gateway.settle(job, 200)
-                self._remember(events, job, req, messages)
-                await self._send(events.closing(), sid)
-            else:
-                gateway.settle(job, 499)
-                if events.seq == 0:  # cancelled before response.created went out
-                    await self._send(events.opening(), sid)
-                await self._send(cancelled(events, job), sid)
+                raise failure
+            if not stream.cancelled():
+                return  # the turn ran to its closing (or error) events
+            turn.settle(499)  # cancelled: billed for the tokens sent
+            if not turn.opened:  # cancelled before response.created went out
+                await self._send(turn.encoder.opening(), sid)
+            await self._send(turn.encoder.cancelled(), sid)
         finally:
             stream.cancel()
-            gateway.settle(job, 499)  # once only: a no-op unless the socket went away
+            turn.settle(499)  # once only: a no-op unless the socket went away
 
-    async def _stream(self, job: Job, events: ResponseEvents, sid: str | None) -> None:
-        await self._send(events.opening(), sid)
-        async for start, times in job.tokens():
-            await self._send(events.tokens(start, len(times)), sid)
-
-    def _remember(
-        self, events: ResponseEvents, job: Job, req: ResponsesRequest,
-        messages: list[dict[str, Any]],
-    ) -> None:
-        item = StoredResponse(events.rid, job.model, conversation_after(job, messages),
-                              job.prompt_tokens + job.gen.output_tokens)
-        self.cache.put(item)  # kept for this connection even with store: false
-        if req.store is not False:
-            self.store.put(item)
+    async def _pump(self, turn: Turn, sid: str | None) -> None:
+        events = turn.frames()
+        try:
+            async for frames in events:
+                await self._send(frames, sid)
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
 
     # -- sending --------------------------------------------------------------------------
 
-    async def _send(self, events: list[tuple[str, bytes]], sid: str | None) -> None:
+    async def _send(self, events: Frames, sid: str | None) -> None:
         if sid is None:
             for _, body in events:
                 await self._send_raw(body)
@@ -387,7 +334,10 @@ class Session:
                 await self._send_raw(body[:-1] + tail)
 
     async def _send_raw(self, body: bytes) -> None:
-        await self.ws.send({"type": "websocket.send", "text": body.decode()})
+        try:
+            await self.ws.send({"type": "websocket.send", "text": body.decode()})
+        except Exception as exc:  # closed socket: uvicorn raises several kinds
+            raise _SocketGone() from exc
 
     async def _error(self, exc: APIError, sid: str | None = None) -> None:
         await self._send_raw(error_event(exc, sid))
@@ -398,23 +348,3 @@ def limit_error(max_age: float) -> APIError:
         f"This connection reached its maximum age ({max_age:g} s) and is closing; open a new "
         "connection.", code=LIMIT_CODE,
     )
-
-
-def cancelled(events: ResponseEvents, job: Job) -> list[tuple[str, bytes]]:
-    """The terminal event of a cancelled response: ``response.incomplete``, status cancelled,
-    the partial output, and usage billed for the tokens that were sent."""
-    resp = events.response("incomplete")
-    resp["status"] = "cancelled"
-    out = job.delivered
-    resp["usage"] = {
-        "input_tokens": job.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": job.cached_tokens},
-        "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": job.prompt_tokens + out,
-        "cost_usd": job.cost_usd,
-    }
-    resp["time_info"] = job.time_info()
-    body = {"type": "response.incomplete", "response": resp, "sequence_number": events.seq}
-    events.seq += 1
-    return [("response.incomplete", orjson.dumps(body))]

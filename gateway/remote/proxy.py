@@ -17,158 +17,37 @@ the context window and the rate limits, and bills at its own prices; the upstrea
   include_usage`` is forced upstream so the usage chunk can be read (and removed again when the
   client did not ask for it). Usage and cost are counted once in the gateway's metrics, at the
   gateway's prices.
-- Only Chat Completions is proxied; the Responses API answers 400 on a remote tier.
+- Only Chat Completions is proxied; the Responses and Messages APIs answer 400 on a remote
+  tier.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
 from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from backends.engine import Tier
-
-from .config import Config, RemoteConfig, RemoteTierConfig
-from .errors import ERROR_TYPES, APIError, retry_headers
-from .schemas import ChatRequest
-from .service import Gateway, new_id, service_tier_label
-from .upstream_http import Disconnected, Pool, ReadTimeout, UpstreamError
-from .upstream_http import Response as UpstreamResponse
+from ..admission import Gateway
+from ..config import Config, RemoteConfig
+from ..errors import APIError, retry_headers
+from ..ids import new_id
+from ..protocols.openai_chat import ChatRequest
+from ..request import TurnRequest
+from ..routing import service_tier_label
+from .http import Disconnected, Pool, ReadTimeout, UpstreamError
+from .http import Response as UpstreamResponse
+from .pool import Upstream, UpstreamPool, _PoolCollector
+from .rewrite import Call, Tap, _error_event, _usage_counts, upstream_error
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 RETRY_STATUSES = {429, 502, 503, 504}
-DONE = b"data: [DONE]"
-_PASS_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
-
-
-@dataclass(eq=False)
-class Upstream:
-    url: str
-    tier: str
-    healthy: bool = True
-    outstanding: int = 0
-    last_error: str = ""
-    checked_at: float = 0.0
-
-
-class UpstreamPool:
-    """The upstreams of one tier: selection and health state."""
-
-    def __init__(self, tier: str, cfg: RemoteTierConfig) -> None:
-        self.tier = tier
-        self.cfg = cfg
-        self.upstreams = [Upstream(url, tier) for url in cfg.upstreams]
-        self._turn = 0
-        key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-        self.auth = {"authorization": f"Bearer {key}"} if key else {}
-
-    def pick(self, exclude: set[Upstream]) -> Upstream | None:
-        """Least outstanding among the healthy upstreams not yet tried; when none of the pool
-        is healthy, the untried unhealthy ones (a stale check must not stop all traffic)."""
-        left = [u for u in self.upstreams if u not in exclude]
-        if not left:
-            return None
-        if any(u.healthy for u in self.upstreams):
-            left = [u for u in left if u.healthy]
-            if not left:
-                return None
-        n = len(left)
-        start = self._turn % n
-        self._turn += 1
-        best = min(range(n), key=lambda i: (left[(start + i) % n].outstanding, i))
-        return left[(start + best) % n]
-
-    def mark_down(self, up: Upstream, why: str) -> None:
-        up.healthy = False
-        up.last_error = why
-
-    def mark_up(self, up: Upstream) -> None:
-        up.healthy = True
-        up.last_error = ""
-
-
-@dataclass(eq=False)
-class Call:
-    """One proxied request, from admission to settlement."""
-
-    id: str
-    tier: Tier
-    requested_tier: str
-    prompt_tokens: int
-    started: float
-    include_usage: bool
-    upstream: Upstream | None = None
-    response: UpstreamResponse | None = None
-    chunks: Any = None  # the response's raw byte iterator, once the first bytes are read
-    attempts: int = 0
-    usage: dict[str, Any] | None = None
-    time_info: dict[str, Any] | None = None
-    events: int = 0  # SSE data events forwarded (for billing a stream cut short)
-    first_byte: float | None = None
-    settled: bool = False
-    cost_usd: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-
-    def cost(self, usage: dict[str, Any]) -> float:
-        prompt, cached, output = _usage_counts(usage)
-        return self.tier.prices.cost(prompt, cached, output)
-
-
-def _usage_counts(usage: dict[str, Any]) -> tuple[int, int, int]:
-    details = usage.get("prompt_tokens_details") or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    return prompt, min(cached, prompt), int(usage.get("completion_tokens") or 0)
-
-
-def upstream_error(status: int, body: bytes, headers: Mapping[str, str] | None = None
-                   ) -> APIError:
-    """An upstream's error answer in the OpenAI format (OpenAI's, vLLM's and FastAPI's shapes)."""
-    message = etype = code = param = None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        if isinstance(err, str):
-            message = err
-        else:
-            src = err if isinstance(err, dict) else obj  # vLLM: {"object":"error","message",...}
-            message, etype = src.get("message"), src.get("type")
-            code, param = src.get("code"), src.get("param")
-        if message is None and "detail" in obj:
-            message = str(obj["detail"])
-    if not message:
-        text = body.decode("utf-8", "replace").strip()[:500]
-        message = f"The upstream server answered HTTP {status}" + (f": {text}" if text else ".")
-    if code is not None and not isinstance(code, str):
-        code = None if isinstance(code, int) else str(code)  # vLLM repeats the status as code
-    if status >= 500 and not str(message).startswith("Upstream"):
-        message = f"Upstream error: {message}"
-    if etype not in set(ERROR_TYPES.values()) | {"tokens", "requests", "server_error"}:
-        etype = None
-    passed = {k: v for k in _PASS_HEADERS if headers is not None and (v := headers.get(k))}
-    return APIError(status, str(message), param=param if isinstance(param, str) else None,
-                    code=code, type=etype or ERROR_TYPES.get(status, "server_error"),
-                    headers=passed)
-
-
-def _error_event(message: str, code: str) -> bytes:
-    return b"data: " + orjson.dumps(
-        {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
-    ) + b"\n\n"
 
 
 class _Failed(Exception):
@@ -178,83 +57,6 @@ class _Failed(Exception):
         super().__init__(error.message)
         self.error = error
         self.overloaded = overloaded
-
-
-class Tap:
-    """Follows an upstream SSE byte stream and returns the bytes to forward, cut at event
-    boundaries. Reads the usage chunk (strips it when the client did not ask for usage, or puts
-    the gateway's cost in it), the ``time_info`` of the last chunk, and ``[DONE]``. Per chunk it
-    costs a few byte searches; only the closing events are parsed."""
-
-    __slots__ = ("call", "buf", "strip", "done", "replace", "first")
-
-    def __init__(self, call: Call, label: str) -> None:
-        self.call = call
-        self.buf = b""
-        self.strip = not call.include_usage
-        self.done = False
-        self.first = label  # the service_tier label to show; learned against the first event
-        self.replace: tuple[bytes, bytes] | None = None
-
-    def feed(self, chunk: bytes) -> bytes:
-        if self.buf:
-            chunk = self.buf + chunk
-        cut = chunk.rfind(b"\n\n")
-        if cut < 0:
-            self.buf = chunk
-            return b""
-        cut += 2
-        out, self.buf = chunk[:cut], chunk[cut:]
-        if self.first:
-            self._learn(out)
-        if self.strip:
-            out = out.replace(b',"usage":null', b"")
-        if self.replace is not None:
-            out = out.replace(*self.replace)
-        if (b'"usage":{' in out or b'"usage": {' in out or b'"time_info"' in out
-                or DONE in out):
-            out = self._inspect(out)
-        self.call.events += out.count(b"data: {")
-        return out
-
-    def _learn(self, out: bytes) -> None:
-        """Show the gateway's service_tier label if the upstream uses another one."""
-        label, self.first = self.first, ""
-        event = out.split(b"\n\n", 1)[0]
-        if not event.startswith(b"data: {"):
-            return
-        try:
-            theirs = orjson.loads(event[6:]).get("service_tier")
-        except orjson.JSONDecodeError:
-            return
-        if isinstance(theirs, str) and theirs != label:
-            self.replace = (b'"service_tier":' + orjson.dumps(theirs),
-                            b'"service_tier":' + orjson.dumps(label))
-
-    def _inspect(self, out: bytes) -> bytes:
-        kept = []
-        for event in out.split(b"\n\n")[:-1]:
-            body = event[6:] if event.startswith(b"data: ") else event[5:].lstrip()
-            if event.startswith(DONE):
-                self.done = True
-            elif (b'"usage"' in event or b'"time_info"' in event) and body.startswith(b"{"):
-                try:
-                    obj = orjson.loads(body)
-                except orjson.JSONDecodeError:
-                    obj = None
-                if isinstance(obj, dict):
-                    if isinstance(obj.get("time_info"), dict):
-                        self.call.time_info = obj["time_info"]
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict) and not obj.get("choices"):
-                        self.call.usage = usage
-                        if self.strip:
-                            continue
-                        obj["usage"] = {**usage, "cost_usd": self.call.cost(usage)}
-                        event = b"data: " + orjson.dumps(obj)
-            kept.append(event)
-            kept.append(b"\n\n")
-        return b"".join(kept)
 
 
 class ProxyStream(StreamingResponse):
@@ -351,16 +153,16 @@ class RemoteTiers:
         """Whether this request's tier is remote (raises 404 for an unknown model)."""
         return bool(self.pools) and self.gateway.resolve(model, fast).name in self.pools
 
-    def refuse(self, model: str, fast: bool, api: str = "The Responses API") -> None:
+    def unsupported(self, protocol: str) -> APIError:
         """400 for an API the remote path does not proxy (only Chat Completions is)."""
-        if self.serves(model, fast):
-            raise APIError(
-                400,
-                f"{api} is not supported on remote tiers (served by upstream engines); use "
-                "/v1/chat/completions.",
-                param="model",
-                code="unsupported_on_remote_tier",
-            )
+        api = {"responses": "The Responses API", "messages": "The Anthropic Messages API"}
+        return APIError(
+            400,
+            f"{api.get(protocol, protocol)} is not supported on remote tiers (served by upstream "
+            "engines); use /v1/chat/completions.",
+            param="model",
+            code="unsupported_on_remote_tier",
+        )
 
     # -- the proxy ------------------------------------------------------------------------
 
@@ -369,15 +171,14 @@ class RemoteTiers:
         request: Request,
         body: dict[str, Any],
         req: ChatRequest,
-        prompt_tokens: int,
-        max_tokens: int | None,
-        fast: bool,
+        turn: TurnRequest,
         started: float,
     ) -> Response:
         gw = self.gateway
-        principal = gw.auth.authenticate(request.headers.get("authorization"))
-        tier = gw.resolve(req.model, fast)
-        cap = gw.max_output(tier, prompt_tokens, max_tokens)
+        principal = gw.auth.authenticate(turn.authorization)
+        tier = gw.resolve(req.model, turn.fast)
+        prompt_tokens = turn.prompt_tokens
+        cap = gw.router.max_output(tier, prompt_tokens, turn.max_tokens)
         limit_headers = gw.auth.check(principal, tier.name, prompt_tokens + cap)
         include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         call = Call(new_id("req"), tier, tier.name, prompt_tokens, started, include_usage,
@@ -649,26 +450,3 @@ async def _disconnected(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
-
-
-class _PoolCollector:
-    """``fastmode_upstream_up`` and ``fastmode_upstream_outstanding``, read at scrape time."""
-
-    def __init__(self, pools: dict[str, UpstreamPool]) -> None:
-        self._pools = pools
-
-    def describe(self):
-        return []
-
-    def collect(self):
-        labels = ["tier", "upstream"]
-        up = GaugeMetricFamily("fastmode_upstream_up",
-                               "1 while the upstream is in rotation", labels=labels)
-        out = GaugeMetricFamily("fastmode_upstream_outstanding",
-                                "Requests in flight on the upstream", labels=labels)
-        for pool in self._pools.values():
-            for u in pool.upstreams:
-                up.add_metric([pool.tier, u.url], 1.0 if u.healthy else 0.0)
-                out.add_metric([pool.tier, u.url], u.outstanding)
-        yield up
-        yield out

@@ -1,0 +1,29 @@
+"""The protocol plug-ins and the paths they serve (under ``/v1`` and ``/fast/v1``)."""
+
+from __future__ import annotations
+
+from .anthropic_messages import MessagesProtocol
+from .base import Encoder, Frames, Protocol, RequestContext
+from .openai_chat import ChatProtocol
+from .openai_responses import ResponsesProtocol
+
+__all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_path"]
+
+CHAT = ChatProtocol()
+RESPONSES = ResponsesProtocol()
+MESSAGES = MessagesProtocol()
+
+# path under the API prefix -> the protocol that serves it
+ENDPOINTS: dict[str, Protocol] = {
+    "/chat/completions": CHAT,
+    "/responses": RESPONSES,
+    "/messages": MESSAGES,
+}
+
+
+def for_path(path: str) -> Protocol:
+    """The protocol whose error format a path answers in (OpenAI's unless it is Anthropic's)."""
+    for prefix in ("/v1/messages", "/fast/v1/messages"):
+        if path == prefix or path.startswith(prefix + "/"):
+            return MESSAGES
+    return CHAT

@@ -1,0 +1,116 @@
+"""Anthropic Messages API (``POST /v1/messages``), including its fast mode, as a protocol plug-in.
+
+Fast mode is Anthropic's name for the same model on a low-batch pool: ``"speed": "fast"`` in the
+body with the beta header ``anthropic-beta: fast-mode-2026-02-01`` (or any request on
+``/fast/v1/messages``) routes to the fast tier, and ``usage.speed`` says which speed served it.
+Errors use Anthropic's body, ``{"type": "error", "error": {"type", "message"}, "request_id"}``,
+and overload is 529 ``overloaded_error`` (which the anthropic SDK retries).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from backends.textgen import GenerationRequest, ToolSpec
+from backends.tokenizer import count_chat_prompt
+
+from ...errors import APIError, bad_request
+from ...job import Job
+from ...request import TurnRequest
+from ..base import Protocol, RequestContext, resolve_tool_choice
+from .encoder import MessagesEncoder, anthropic_status, error_body
+from .schema import MessagesRequest
+
+__all__ = ["FAST_BETA", "MessagesEncoder", "MessagesProtocol", "MessagesRequest"]
+
+FAST_BETA = "fast-mode-2026-02-01"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content or [] if isinstance(b, dict))
+
+
+def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
+    """Anthropic messages as chat messages, which the tokenizer and the mock model read."""
+    out: list[dict[str, Any]] = []
+    if req.system:
+        out.append({"role": "system", "content": _text(req.system)})
+    for m in req.messages:
+        if isinstance(m.content, str):
+            out.append({"role": m.role, "content": m.content})
+            continue
+        text = [b for b in m.content if b.get("type") == "text"]
+        uses = [b for b in m.content if b.get("type") == "tool_use"]
+        results = [b for b in m.content if b.get("type") == "tool_result"]
+        for r in results:
+            out.append({"role": "tool", "tool_call_id": r.get("tool_use_id", ""),
+                        "content": _text(r.get("content", ""))})
+        if uses:
+            out.append({"role": "assistant", "content": _text(text) or None, "tool_calls": [
+                {"id": u.get("id", ""), "type": "function", "function": {
+                    "name": u.get("name", ""),
+                    "arguments": orjson.dumps(u.get("input", {})).decode()}}
+                for u in uses
+            ]})
+        elif text or not results:
+            out.append({"role": m.role, "content": _text(text)})
+    return out
+
+
+class MessagesProtocol(Protocol):
+    name = "messages"
+    schema = MessagesRequest
+
+    def translate(self, req: MessagesRequest, ctx: RequestContext) -> TurnRequest:
+        beta = FAST_BETA in ctx.headers.get("anthropic-beta", "")
+        if req.speed == "fast" and not beta:
+            raise bad_request(
+                f"speed: 'fast' requires the beta header 'anthropic-beta: {FAST_BETA}'.",
+                param="speed",
+            )
+        messages = chat_messages(req)
+        specs = tuple(
+            ToolSpec(t.name, t.description or "", t.input_schema) for t in req.tools or []
+        )
+        choice = req.tool_choice
+        literal = None if choice is None else {"any": "required"}.get(choice.type, choice.type)
+        tool_choice = resolve_tool_choice(
+            {s.name for s in specs},
+            None if literal == "tool" else literal,
+            (choice.name or "") if choice is not None and choice.type == "tool" else None,
+        )
+        tools_wire = [t.model_dump(exclude_none=True) for t in req.tools or []]
+        gen = GenerationRequest(
+            messages=messages,
+            stop=tuple(req.stop_sequences or ()),
+            temperature=1.0 if req.temperature is None else req.temperature,
+            tools=specs,
+            tool_choice=tool_choice,
+        )
+        key = ctx.headers.get("x-api-key")
+        return TurnRequest(
+            model=req.model,
+            fast=ctx.fast_path or req.speed == "fast",
+            generation=gen,
+            prompt_tokens=count_chat_prompt(messages, tools_wire or None),
+            max_tokens=req.max_tokens,
+            stream=req.stream,
+            authorization=f"Bearer {key}" if key else ctx.headers.get("authorization"),
+            messages=messages,
+        )
+
+    def encoder(self, job: Job, req: MessagesRequest, turn: TurnRequest) -> MessagesEncoder:
+        return MessagesEncoder(job)
+
+    def error_body(self, error: APIError, request_id: str) -> dict[str, Any]:
+        return error_body(error, request_id.replace("req-", "req_"))
+
+    def id_headers(self, request_id: str) -> dict[str, str]:
+        return {"request-id": request_id.replace("req-", "req_"), "x-request-id": request_id}
+
+    def status(self, error: APIError) -> int:
+        return anthropic_status(error)

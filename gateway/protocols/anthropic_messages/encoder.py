@@ -1,0 +1,171 @@
+"""Anthropic Messages wire format: the message body and its streaming events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...errors import APIError
+from ...job import Job
+from ..base import Encoder, Frames
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_status(error: APIError) -> int:
+    """Anthropic answers overload with 529 (which its SDK retries), not 503."""
+    return 529 if error.status == 503 else error.status
+
+
+def error_body(error: APIError, request_id: str) -> dict[str, Any]:
+    status = anthropic_status(error)
+    return {
+        "type": "error",
+        "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": error.message},
+        "request_id": request_id,
+    }
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    """A tool_use block's input must be an object; a botched (malformed) call yields {}."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _stop(job: Job) -> tuple[str, str | None]:
+    if job.gen.stop_sequence is not None:
+        return "stop_sequence", job.gen.stop_sequence
+    return STOP_REASONS.get(job.gen.finish_reason, "end_turn"), None
+
+
+class MessagesEncoder(Encoder):
+    """One job's Anthropic body or SSE events (``event:`` lines are mandatory here)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.mid = job.id.replace("req-", "msg_")
+        self.speed = "fast" if job.tier.name == "fast" else "standard"
+        self.tool_ids = [f"toolu_{c.id[5:]}" for c in job.gen.tool_calls]
+        self._open: int | None = None
+        self._text_prefix = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'
+
+    def usage(self, output: int) -> dict[str, Any]:
+        job = self.job
+        return {
+            "input_tokens": job.prompt_tokens - job.cached_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": job.cached_tokens,
+            "output_tokens": output,
+            "service_tier": "standard",
+            "speed": self.speed,
+            "cost_usd": job.usage_cost(output),
+        }
+
+    def content(self) -> list[dict[str, Any]]:
+        gen = self.job.gen
+        if gen.tool_calls:
+            return [
+                {"type": "tool_use", "id": self.tool_ids[k], "name": c.name,
+                 "input": _tool_input(c.arguments)}
+                for k, c in enumerate(gen.tool_calls)
+            ]
+        return [{"type": "text", "text": gen.text}]
+
+    def body(self) -> dict[str, Any]:
+        reason, seq = _stop(self.job)
+        return {
+            "id": self.mid,
+            "type": "message",
+            "role": "assistant",
+            "model": self.job.model,
+            "content": self.content(),
+            "stop_reason": reason,
+            "stop_sequence": seq,
+            "usage": self.usage(self.job.gen.output_tokens),
+            "time_info": self.job.time_info(),
+        }
+
+    @staticmethod
+    def _event(kind: str, body: dict[str, Any]) -> tuple[str, bytes]:
+        return kind, orjson.dumps(body)
+
+    def opening(self) -> Frames:
+        """``message_start``. Its usage carries the reply's final cost: the SDK keeps the
+        message_start usage and only updates token counts from ``message_delta``, so the cost
+        it shows at the end is the one sent here (the whole reply is known at admission)."""
+        usage = self.usage(1)
+        usage["cost_usd"] = self.job.usage_cost()
+        message = {
+            "id": self.mid, "type": "message", "role": "assistant", "model": self.job.model,
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage,
+        }
+        return [self._event("message_start", {"type": "message_start", "message": message})]
+
+    def tokens(self, start: int, count: int) -> Frames:
+        out: Frames = []
+        gen = self.job.gen
+        for i in range(start, min(start + count, len(gen.pieces))):
+            piece = gen.pieces[i]
+            index = max(piece.tool, 0)
+            if self._open != index:
+                out += self._switch(index)
+            if piece.tool < 0:
+                out.append(("content_block_delta",
+                            self._text_prefix + orjson.dumps(piece.text) + b"}}"))
+            else:
+                out.append(self._event("content_block_delta", {
+                    "type": "content_block_delta", "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece.text}}))
+        return out
+
+    def _switch(self, index: int) -> Frames:
+        out: Frames = []
+        if self._open is not None:
+            out.append(self._event("content_block_stop",
+                                   {"type": "content_block_stop", "index": self._open}))
+        self._open = index
+        gen = self.job.gen
+        block: dict[str, Any]
+        if gen.tool_calls:
+            block = {"type": "tool_use", "id": self.tool_ids[index],
+                     "name": gen.tool_calls[index].name, "input": {}}
+        else:
+            block = {"type": "text", "text": ""}
+        out.append(self._event("content_block_start", {
+            "type": "content_block_start", "index": index, "content_block": block}))
+        return out
+
+    def closing(self) -> Frames:
+        out: Frames = []
+        if self._open is None:
+            out += self._switch(0)
+        out.append(self._event("content_block_stop", {"type": "content_block_stop",
+                                                      "index": self._open}))
+        reason, seq = _stop(self.job)
+        out.append(self._event("message_delta", {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": seq},
+            "usage": self.usage(self.job.gen.output_tokens),
+            "time_info": self.job.time_info(),
+        }))
+        out.append(self._event("message_stop", {"type": "message_stop"}))
+        return out
+
+    def failed(self, error: APIError) -> Frames:
+        """Anthropic's in-stream error event, which the SDK raises."""
+        return [self._event("error", error_body(error, self.job.id.replace("req-", "req_")))]

@@ -1,0 +1,39 @@
+"""Anthropic Messages request body, validated by pydantic at the edge."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, StrictBool
+
+from ..base import Lenient
+
+
+class AnthropicTool(Lenient):
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    input_schema: dict[str, Any]
+
+
+class AnthropicToolChoice(Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+
+
+class AnthropicMessage(Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(Lenient):
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    stream: StrictBool = False
+    temperature: float | None = Field(None, ge=0, le=1)
+    stop_sequences: list[str] | None = None
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+    speed: Literal["standard", "fast"] | None = None
+    metadata: dict[str, Any] | None = None

@@ -1,0 +1,68 @@
+"""OpenAI Chat Completions (``POST /v1/chat/completions``) as a protocol plug-in."""
+
+from __future__ import annotations
+
+from backends.textgen import GenerationRequest, ToolSpec
+from backends.tokenizer import count_chat_prompt
+
+from ...errors import bad_request
+from ...job import Job
+from ...request import TurnRequest
+from ...routing import FAST_SERVICE_TIERS
+from ..base import Protocol, RequestContext, resolve_tool_choice
+from .encoder import ChatEncoder, chat_usage
+from .schema import ChatRequest, NamedToolChoice
+
+__all__ = ["ChatEncoder", "ChatProtocol", "ChatRequest", "chat_usage"]
+
+
+class ChatProtocol(Protocol):
+    name = "chat"
+    schema = ChatRequest
+
+    def translate(self, req: ChatRequest, ctx: RequestContext) -> TurnRequest:
+        if req.n is not None and req.n > 1:
+            raise bad_request("n: only n=1 is supported by fastmode.", param="n",
+                              code="invalid_value")
+        if req.logprobs:
+            raise bad_request("logprobs are not supported by fastmode.", param="logprobs",
+                              code="invalid_value")
+        if req.stream_options is not None and not req.stream:
+            raise bad_request(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                param="stream_options",
+            )
+        messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+        specs = tuple(ToolSpec.from_wire(t) for t in tools)
+        choice = req.tool_choice
+        tool_choice = resolve_tool_choice(
+            {s.name for s in specs},
+            None if isinstance(choice, NamedToolChoice) else choice,
+            choice.function.name if isinstance(choice, NamedToolChoice) else None,
+        )
+        stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+        gen = GenerationRequest(
+            messages=messages,
+            stop=stop,
+            seed=req.seed,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            tools=specs,
+            tool_choice=tool_choice,
+            ignore_eos=req.ignore_eos,
+        )
+        cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        return TurnRequest(
+            model=req.model,
+            fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
+            generation=gen,
+            prompt_tokens=count_chat_prompt(messages, tools or None),
+            max_tokens=cap,
+            stream=req.stream,
+            authorization=ctx.headers.get("authorization"),
+            messages=messages,
+        )
+
+    def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:
+        include = bool(req.stream and req.stream_options and req.stream_options.include_usage)
+        return ChatEncoder(job, include)

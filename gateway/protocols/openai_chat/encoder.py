@@ -1,0 +1,144 @@
+"""Chat Completions wire format: the response body and the ``chat.completion.chunk`` stream.
+
+Streaming chunks are pre-encoded: each token's event is a constant prefix, the token's text as a
+JSON string, and a constant suffix; nothing else is re-encoded per token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...errors import APIError
+from ...job import Job
+from ...routing import service_tier_label
+from ..base import Encoder, Frames
+
+FINGERPRINT = "fp_fastmode"
+DONE = b"[DONE]"
+
+
+def chat_usage(job: Job) -> dict[str, Any]:
+    out = job.gen.output_tokens
+    return {
+        "prompt_tokens": job.prompt_tokens,
+        "completion_tokens": out,
+        "total_tokens": job.prompt_tokens + out,
+        "prompt_tokens_details": {"cached_tokens": job.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                      "accepted_prediction_tokens": 0,
+                                      "rejected_prediction_tokens": 0},
+        "cost_usd": job.usage_cost(),
+    }
+
+
+class ChatEncoder(Encoder):
+    named_events = False
+
+    def __init__(self, job: Job, include_usage: bool) -> None:
+        self.job = job
+        self.include_usage = include_usage
+        self.meta = {
+            "id": job.id.replace("req-", "chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": job.created,
+            "model": job.model,
+            "service_tier": service_tier_label(job.tier.name),
+            "system_fingerprint": FINGERPRINT,
+        }
+        self.head = orjson.dumps(self.meta)[:-1] + b',"choices":[{"index":0,"delta":'
+        tail = b',"logprobs":null,"finish_reason":null}]'
+        if include_usage:
+            tail += b',"usage":null'
+        self.tail = tail + b"}"
+        self.content_prefix = self.head + b'{"content":'
+        self.content_suffix = b"}" + self.tail
+        self._started_tools: set[int] = set()
+
+    # -- non-streaming ----------------------------------------------------------------------
+
+    def body(self) -> dict[str, Any]:
+        job, gen = self.job, self.job.gen
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in gen.tool_calls
+        ] or None
+        return {
+            "id": self.meta["id"],
+            "object": "chat.completion",
+            "created": job.created,
+            "model": job.model,
+            "service_tier": self.meta["service_tier"],
+            "system_fingerprint": FINGERPRINT,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": None if calls else gen.text,
+                            "refusal": None, "tool_calls": calls, "annotations": []},
+                "logprobs": None,
+                "finish_reason": gen.finish_reason,
+            }],
+            "usage": chat_usage(job),
+            "time_info": job.time_info(),
+        }
+
+    # -- streaming ------------------------------------------------------------------------
+
+    def opening(self) -> Frames:
+        return [("", self.head + b'{"role":"assistant","content":"","refusal":null}' + self.tail)]
+
+    def tokens(self, start: int, count: int) -> Frames:
+        pieces = self.job.gen.pieces
+        cp, cs, dumps = self.content_prefix, self.content_suffix, orjson.dumps
+        out: Frames = []
+        for i in range(start, min(start + count, len(pieces))):
+            piece = pieces[i]
+            if piece.tool < 0:
+                out.append(("", cp + dumps(piece.text) + cs))
+            else:
+                out.append(("", self._tool_delta(piece.tool, piece.text)))
+        return out
+
+    def sse_tokens(self, start: int, count: int) -> bytes:
+        pieces = self.job.gen.pieces
+        cp, cs, dumps = b"data: " + self.content_prefix, self.content_suffix + b"\n\n", orjson.dumps
+        out = bytearray()
+        for i in range(start, min(start + count, len(pieces))):
+            piece = pieces[i]
+            if piece.tool < 0:
+                out += cp
+                out += dumps(piece.text)
+                out += cs
+            else:
+                out += b"data: " + self._tool_delta(piece.tool, piece.text) + b"\n\n"
+        return bytes(out)
+
+    def _tool_delta(self, k: int, fragment: str) -> bytes:
+        item: dict[str, Any]
+        if k not in self._started_tools:
+            self._started_tools.add(k)
+            call = self.job.gen.tool_calls[k]
+            item = {"index": k, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": fragment}}
+        else:
+            item = {"index": k, "function": {"arguments": fragment}}
+        return self.head + orjson.dumps({"tool_calls": [item]}) + self.tail
+
+    def closing(self) -> Frames:
+        job = self.job
+        last = {
+            **self.meta,
+            "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                         "finish_reason": job.gen.finish_reason}],
+            **({"usage": None} if self.include_usage else {}),
+            "time_info": job.time_info(),
+        }
+        out: Frames = [("", orjson.dumps(last))]
+        if self.include_usage:
+            out.append(("", orjson.dumps({**self.meta, "choices": [], "usage": chat_usage(job)})))
+        out.append(("", DONE))
+        return out
+
+    def failed(self, error: APIError) -> Frames:
+        """OpenAI's in-stream error: ``data: {"error": {...}}``, which the SDK raises."""
+        return [("", orjson.dumps(error.body()))]

@@ -1,0 +1,72 @@
+"""Chat Completions request body, validated by pydantic at the edge."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, StrictBool, field_validator
+
+from ..base import Lenient
+
+ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast"]
+
+
+class FunctionDef(Lenient):
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+class ChatTool(Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Lenient):
+    name: str
+
+
+class NamedToolChoice(Lenient):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class StreamOptions(Lenient):
+    include_usage: StrictBool = False
+    include_obfuscation: StrictBool = False
+
+
+class ChatMessage(Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatRequest(Lenient):
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    tools: list[ChatTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    service_tier: ServiceTier | None = None
+    logprobs: StrictBool | None = None
+    user: str | None = None
+    ignore_eos: StrictBool = False  # vLLM's extension: produce exactly max_tokens (benchmarks)
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 4:
+            raise ValueError("at most 4 stop sequences")
+        return v

@@ -1,0 +1,131 @@
+"""OpenAI Responses API (``POST /v1/responses``, SSE and websocket) as a protocol plug-in.
+
+Input items become chat messages; ``previous_response_id`` prepends a stored conversation whose
+tokens are already in the KV cache (billed as cached input, no prefill time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from backends.textgen import GenerationRequest, ToolSpec
+from backends.tokenizer import count_chat_prompt
+
+from ...errors import APIError, bad_request
+from ...job import Job
+from ...request import TurnRequest
+from ...response_store import StoredResponse
+from ...routing import FAST_SERVICE_TIERS
+from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
+from .encoder import ResponsesEncoder, responses_usage
+from .schema import ResponsesRequest, ResponsesToolChoice
+
+__all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
+
+
+def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """Responses input items as chat messages (what the tokenizer and the mock model read)."""
+    msgs: list[dict[str, Any]] = []
+    if req.instructions:
+        msgs.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        msgs.append({"role": "user", "content": req.input})
+        return msgs
+    for i, item in enumerate(req.input):
+        kind = item.get("type", "message")
+        if kind == "message" or ("role" in item and "type" not in item):
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise bad_request(
+                    f"Invalid value for 'input[{i}].role': {role!r}.", param=f"input[{i}].role"
+                )
+            msgs.append({"role": role, "content": item.get("content")})
+        elif kind == "function_call":
+            msgs.append({
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{
+                    "id": item.get("call_id", ""),
+                    "type": "function",
+                    "function": {"name": item.get("name", ""),
+                                 "arguments": item.get("arguments", "")},
+                }],
+            })
+        elif kind == "function_call_output":
+            out = item.get("output", "")
+            msgs.append({
+                "role": "tool",
+                "tool_call_id": item.get("call_id", ""),
+                "content": out if isinstance(out, str) else orjson.dumps(out).decode(),
+            })
+        elif kind in ("reasoning", "item_reference"):
+            continue
+        else:
+            raise bad_request(
+                f"Invalid value for 'input[{i}].type': {kind!r} is not supported.",
+                param=f"input[{i}].type",
+            )
+    return msgs
+
+
+class ResponsesProtocol(Protocol):
+    name = "responses"
+    schema = ResponsesRequest
+
+    def translate(self, req: ResponsesRequest, ctx: RequestContext) -> TurnRequest:
+        messages = input_messages(req)
+        cached = 0
+        if req.previous_response_id:
+            prev = ctx.store.get(req.previous_response_id)
+            if prev is None:
+                raise APIError(
+                    400,
+                    f"Previous response with id '{req.previous_response_id}' not found.",
+                    param="previous_response_id",
+                    code="previous_response_not_found",
+                )
+            messages = prev.messages + messages
+            cached = prev.context_tokens
+        tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+        specs = tuple(ToolSpec.from_wire(t) for t in tools)
+        choice = req.tool_choice
+        tool_choice = resolve_tool_choice(
+            {s.name for s in specs},
+            None if isinstance(choice, ResponsesToolChoice) else choice,
+            choice.name if isinstance(choice, ResponsesToolChoice) else None,
+        )
+        gen = GenerationRequest(
+            messages=messages,
+            seed=req.seed,
+            temperature=1.0 if req.temperature is None else req.temperature,
+            tools=specs,
+            tool_choice=tool_choice,
+            ignore_eos=req.ignore_eos,
+        )
+        prompt = count_chat_prompt(messages, tools or None)
+        return TurnRequest(
+            model=req.model,
+            fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
+            generation=gen,
+            prompt_tokens=prompt,
+            max_tokens=req.max_output_tokens,
+            stream=req.stream,
+            authorization=ctx.headers.get("authorization"),
+            cached_tokens=min(cached, prompt - 1),
+            messages=messages,
+        )
+
+    def encoder(self, job: Job, req: ResponsesRequest, turn: TurnRequest) -> ResponsesEncoder:
+        return ResponsesEncoder(job, req)
+
+    def completed(self, job: Job, req: ResponsesRequest, encoder: Any, turn: TurnRequest,
+                  ctx: RequestContext) -> None:
+        """Keep the conversation, the reply included, for a later ``previous_response_id``."""
+        gen = job.gen
+        reply = (tool_call_messages(gen.tool_calls) if gen.tool_calls
+                 else {"role": "assistant", "content": gen.text})
+        item = StoredResponse(encoder.rid, job.model, turn.messages + [reply],
+                              job.prompt_tokens + gen.output_tokens)
+        ctx.store.remember(item, persist=req.store is not False)
