@@ -7,10 +7,12 @@ pays nothing for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
+
+from backends.scheduler import Scheduler
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
@@ -18,7 +20,7 @@ LATENCY_BUCKETS = (
 
 
 class Metrics:
-    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, object]]]) -> None:
+    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, Scheduler]]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -79,13 +81,13 @@ class Metrics:
 class _ReplicaCollector:
     """Reads every replica's scheduler when Prometheus scrapes."""
 
-    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, object]]]) -> None:
+    def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, Scheduler]]]) -> None:
         self._replicas = replicas
 
-    def describe(self):
+    def describe(self) -> list[GaugeMetricFamily]:
         return []
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         labels = ["deployment", "replica"]
         batch = GaugeMetricFamily(
             "fastmode_replica_batch", "Sequences in the batch (background included)", labels=labels

@@ -250,7 +250,7 @@ class Pool:
                                        ssl=self._ssl), timeout)
         except (TimeoutError, OSError) as exc:
             raise ConnectError(f"cannot connect: {type(exc).__name__}: {exc}") from None
-        return conn  # type: ignore[return-value]
+        return conn
 
     def _reuse(self) -> _Conn | None:
         now = time.monotonic()

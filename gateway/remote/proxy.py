@@ -41,10 +41,11 @@ from ..ids import new_id
 from ..protocols.openai_chat import ChatRequest
 from ..request import TurnRequest
 from ..routing import service_tier_label
+from ..turn import _disconnected
 from .http import Disconnected, Pool, ReadTimeout, UpstreamError
 from .http import Response as UpstreamResponse
 from .pool import Upstream, UpstreamPool, _PoolCollector
-from .rewrite import Call, Tap, _error_event, _usage_counts, upstream_error
+from .rewrite import Call, Tap, _error_event, settle_call, upstream_error
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 RETRY_STATUSES = {429, 502, 503, 504}
@@ -417,36 +418,4 @@ class RemoteTiers:
     # -- settlement -----------------------------------------------------------------------
 
     def _settle(self, call: Call, status: int) -> None:
-        """Count the call once in the gateway's metrics, at the gateway's prices."""
-        if call.settled:
-            return
-        call.settled = True
-        metrics = self.gateway.metrics
-        tier = call.tier.name
-        if call.usage is not None:
-            prompt, cached, output = _usage_counts(call.usage)
-        elif call.events:  # cut short: the prompt, and the tokens that reached the client
-            prompt, cached, output = call.prompt_tokens, 0, max(0, call.events - 1)
-        else:
-            metrics.record(tier, status)
-            return
-        call.cost_usd = call.tier.prices.cost(prompt, cached, output)
-        ttft = itl = None
-        ti = call.time_info
-        if ti is not None:
-            ttft = float(ti.get("queue_time", 0.0)) + float(ti.get("prompt_time", 0.0))
-            if output > 1:
-                itl = float(ti.get("completion_time", 0.0)) / (output - 1)
-        elif call.first_byte is not None:
-            ttft = call.first_byte - call.started
-        if status != 200:
-            metrics.cancelled.labels(tier).inc()
-        metrics.record(tier, status, prompt=prompt, cached=cached, output=output,
-                       cost=call.cost_usd, ttft=ttft, itl=itl)
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+        settle_call(call, self.gateway.metrics, status)

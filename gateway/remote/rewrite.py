@@ -15,6 +15,7 @@ import orjson
 from backends.engine import Tier
 
 from ..errors import ERROR_TYPES, APIError
+from ..metrics import Metrics
 from .pool import Upstream
 
 DONE = b"data: [DONE]"
@@ -169,3 +170,31 @@ class Tap:
             kept.append(event)
             kept.append(b"\n\n")
         return b"".join(kept)
+
+
+def settle_call(call: Call, metrics: Metrics, status: int) -> None:
+    """Count the call once in the gateway's metrics, at the gateway's prices."""
+    if call.settled:
+        return
+    call.settled = True
+    tier = call.tier.name
+    if call.usage is not None:
+        prompt, cached, output = _usage_counts(call.usage)
+    elif call.events:  # cut short: the prompt, and the tokens that reached the client
+        prompt, cached, output = call.prompt_tokens, 0, max(0, call.events - 1)
+    else:
+        metrics.record(tier, status)
+        return
+    call.cost_usd = call.tier.prices.cost(prompt, cached, output)
+    ttft = itl = None
+    ti = call.time_info
+    if ti is not None:
+        ttft = float(ti.get("queue_time", 0.0)) + float(ti.get("prompt_time", 0.0))
+        if output > 1:
+            itl = float(ti.get("completion_time", 0.0)) / (output - 1)
+    elif call.first_byte is not None:
+        ttft = call.first_byte - call.started
+    if status != 200:
+        metrics.cancelled.labels(tier).inc()
+    metrics.record(tier, status, prompt=prompt, cached=cached, output=output,
+                   cost=call.cost_usd, ttft=ttft, itl=itl)

@@ -110,7 +110,7 @@ class MessagesEncoder(Encoder):
         it shows at the end is the one sent here (the whole reply is known at admission)."""
         usage = self.usage(1)
         usage["cost_usd"] = self.job.usage_cost()
-        message = {
+        message: dict[str, Any] = {
             "id": self.mid, "type": "message", "role": "assistant", "model": self.job.model,
             "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage,
         }
