@@ -19,10 +19,12 @@ serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/mypy
+	$(BIN)/pytest -q --durations=15
 
 # The docker-compose topology without Docker: docker-compose.yml's services as local processes
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a
