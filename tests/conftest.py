@@ -26,7 +26,7 @@ def free_port() -> int:
 def start_server(*args: str, config_text: str | None = None, tmp: Path | None = None):
     """Start ``fastmode serve`` in a subprocess; returns (process, base URL)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *args]
+    cmd = [sys.executable, "-m", "commands", "serve", "--port", str(port), *args]
     if config_text is not None:
         assert tmp is not None
         path = tmp / f"config-{port}.toml"
