@@ -50,18 +50,21 @@ class PriceConfig(Strict):
     output: float = Field(ge=0)
 
 
+BotchKind = Literal["malformed_json", "unknown_tool", "missing_required", "invented_argument"]
+
+
+def _every_botch_kind() -> dict[BotchKind, float]:
+    return {
+        "malformed_json": 1.0,
+        "unknown_tool": 1.0,
+        "missing_required": 1.0,
+        "invented_argument": 1.0,
+    }
+
+
 class QualityConfig(Strict):
     tool_error_rate: float = Field(0.0, ge=0, le=1)
-    error_kinds: dict[
-        Literal["malformed_json", "unknown_tool", "missing_required", "invented_argument"], float
-    ] = Field(
-        default_factory=lambda: {
-            "malformed_json": 1.0,
-            "unknown_tool": 1.0,
-            "missing_required": 1.0,
-            "invented_argument": 1.0,
-        }
-    )
+    error_kinds: dict[BotchKind, float] = Field(default_factory=_every_botch_kind)
 
 
 class TierConfig(Strict):

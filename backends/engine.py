@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .config import SimConfig
+from .mockmodel import QualityProfile, ScriptRule
 from .perf import Placement
 from .pricing import Prices, hardware_cost_per_token
 from .profiles import Catalog
 from .scheduler import Background, Limits, Scheduler
-from .textgen import QualityProfile, ScriptRule
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         else:
             factor = dep.cost_per_token / ref_cost
             prices = ref_prices.scaled(factor)
-        quality = QualityProfile(t.quality.tool_error_rate, dict(t.quality.error_kinds))
+        kinds = {str(kind): weight for kind, weight in t.quality.error_kinds.items()}
+        quality = QualityProfile(t.quality.tool_error_rate, kinds)
         tiers[name] = Tier(name, dep, prices, quality, factor, t.description)
     scripts = tuple(
         ScriptRule(s.match, s.reply, s.tool_name, s.tool_arguments) for s in config.scripts

@@ -1,7 +1,7 @@
 """Continuous (iteration-level) batching for one replica, as a state machine with no clock.
 
 The scheduler is told "now" and answers with the step it runs from then and when that step
-ends; a driver (``drivers.py``) owns the clock. The model is vLLM's / Orca's:
+ends; a driver (``backends/drivers/``) owns the clock. The model is vLLM's / Orca's:
 
 - a FCFS waiting queue, bounded: a request that finds it full is refused (overload);
 - a running batch bounded by ``max_batch`` slots and by KV-cache memory;
@@ -183,7 +183,7 @@ class Scheduler:
     # -- stepping -------------------------------------------------------------------------
 
     def _drop_cancelled(self) -> list[Sequence]:
-        dropped = []
+        dropped: list[Sequence] = []
         if not self._cancelled:
             return dropped
         for sid in self._cancelled:

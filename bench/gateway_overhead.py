@@ -193,7 +193,7 @@ async def main() -> None:
         cfg.write_text(bench_config())
         port = free_port()
         proc = subprocess.Popen(
-            [PY, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(cfg)],
+            [PY, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg)],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         try:

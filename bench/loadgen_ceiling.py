@@ -122,7 +122,7 @@ def start_server(per_write: int) -> tuple[subprocess.Popen, str]:
 
 
 def parser_only(events: int) -> dict[str, Any]:
-    from clients.sse import StreamParser
+    from clients.sse_scanner import StreamParser
 
     body = ROLE_EVENT + TOKEN_EVENT * events + _tail(events)
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
@@ -136,7 +136,8 @@ def parser_only(events: int) -> dict[str, Any]:
 
 
 def loadgen_run(url: str, concurrency: int, requests: int, tokens: int) -> dict[str, Any]:
-    from clients.loadgen import LoadConfig, run_sync
+    from clients.load_config import LoadConfig
+    from clients.loadgen import run_sync
     from clients.workload import RequestSpec, Route
 
     spec = RequestSpec("t", [{"role": "user", "content": "hi"}], tokens)

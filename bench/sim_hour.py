@@ -24,8 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from backends.cli import load_engine, print_simulation  # noqa: E402
 from backends.simulate import LengthDist, Workload, simulate  # noqa: E402
+from commands._common import load_engine  # noqa: E402
+from commands.simulate import print_simulation  # noqa: E402
 
 TARGET_WALL_S = 10.0
 

@@ -1,7 +1,7 @@
 """An async client for fastmode and any OpenAI-compatible server, over HTTP or one websocket.
 
 Only the public wire formats are used (httpx, websockets, orjson; nothing from ``gateway/`` or
-``backends/``)::
+``backends/``); ``clients.event_parsers`` turns what arrives into ``clients.events``::
 
     async with Client("http://127.0.0.1:8000/v1", transport="ws") as client:
         stream = client.stream("Hello", model="frontier-spark", max_tokens=100)
@@ -32,7 +32,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .events import Done, Error, Event, Summary, TextDelta, ToolCallDelta, Usage
+from .event_parsers import ChatParser, ResponsesParser, http_error_event
+from .events import Error, Event, Summary
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # fastmode's tiers as (path prefix, model): where `--tier` sends a request
@@ -43,7 +44,6 @@ TIERS: dict[str, tuple[str, str]] = {
 }
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ABANDON_TIMEOUT_S = 5.0
-_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 Transport = Literal["http", "ws"]
 Api = Literal["chat", "responses"]
@@ -68,100 +68,6 @@ def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
     if "function" in tool:
         return {"type": "function", **tool["function"]}
     return tool
-
-
-def _error(obj: dict[str, Any], t: float, status: int | None = None) -> Error:
-    return Error(
-        message=str(obj.get("message") or obj),
-        t=t,
-        status=status,
-        type=obj.get("type"),
-        code=obj.get("code"),
-        param=obj.get("param"),
-    )
-
-
-class ChatParser:
-    """Chat Completions chunks -> events."""
-
-    def __init__(self) -> None:
-        self.finish: str | None = None
-        self.id: str | None = None
-        self.model: str | None = None
-        self.service_tier: str | None = None
-        self.time_info: dict[str, Any] | None = None
-
-    def feed(self, obj: dict[str, Any], t: float) -> list[Event]:
-        if obj.get("error"):
-            return [_error(obj["error"], t)]
-        out: list[Event] = []
-        self.id = obj.get("id", self.id)
-        self.model = obj.get("model", self.model)
-        self.service_tier = obj.get("service_tier", self.service_tier)
-        for choice in obj.get("choices") or ():
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if content:
-                out.append(TextDelta(content, t))
-            for call in delta.get("tool_calls") or ():
-                fn = call.get("function") or {}
-                out.append(ToolCallDelta(call.get("index", 0), fn.get("arguments") or "", t,
-                                         call.get("id"), fn.get("name")))
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        if obj.get("time_info"):
-            self.time_info = obj["time_info"]
-        usage = obj.get("usage")
-        if usage:
-            details = usage.get("prompt_tokens_details") or {}
-            out.append(Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                             details.get("cached_tokens") or 0, t, usage.get("cost_usd")))
-        return out
-
-    def done(self, t: float) -> Done:
-        return Done(self.finish, t, self.id, self.model, self.service_tier, self.time_info)
-
-
-class ResponsesParser:
-    """Responses API stream events (SSE ``data`` or websocket frames) -> events."""
-
-    def __init__(self) -> None:
-        self.finished = False
-        self._calls: dict[int, tuple[str | None, str | None]] = {}  # announced, no args yet
-
-    def feed(self, obj: dict[str, Any], t: float) -> list[Event]:
-        kind = obj.get("type")
-        if kind == "response.output_text.delta":
-            return [TextDelta(obj.get("delta", ""), t)]
-        if kind == "response.function_call_arguments.delta":
-            index = obj.get("output_index", 0)
-            call_id, name = self._calls.pop(index, (None, None))
-            return [ToolCallDelta(index, obj.get("delta", ""), t, call_id, name)]
-        if kind == "response.output_item.added":
-            item = obj.get("item") or {}
-            if item.get("type") == "function_call":
-                self._calls[obj.get("output_index", 0)] = (item.get("call_id"), item.get("name"))
-            return []
-        if kind in _TERMINAL:
-            self.finished = True
-            resp = obj.get("response") or {}
-            out: list[Event] = []
-            usage = resp.get("usage")
-            if usage:
-                details = usage.get("input_tokens_details") or {}
-                out.append(Usage(usage.get("input_tokens", 0), usage.get("output_tokens", 0),
-                                 details.get("cached_tokens") or 0, t, usage.get("cost_usd")))
-            if kind == "response.failed":
-                out.append(_error(resp.get("error") or {"message": "response failed"}, t))
-            details = resp.get("incomplete_details") or {}
-            reason = details.get("reason") or resp.get("status")
-            out.append(Done(reason, t, resp.get("id"), resp.get("model"),
-                            resp.get("service_tier"), resp.get("time_info")))
-            return out
-        if kind == "error":
-            self.finished = True
-            return [_error(obj.get("error") or {}, t, obj.get("status"))]
-        return []
 
 
 class Stream:
@@ -331,7 +237,7 @@ class Client:
                 summary.tier = resp.headers.get("x-fastmode-tier")
                 if resp.status_code != 200:
                     raw = await resp.aread()
-                    yield _http_error(resp.status_code, raw, time.perf_counter())
+                    yield http_error_event(resp.status_code, raw, time.perf_counter())
                     return
                 parser: ChatParser | ResponsesParser = ChatParser() if chat \
                     else ResponsesParser()
@@ -355,7 +261,7 @@ class Client:
                 summary.connect_s = await self.connect()
             except InvalidStatus as exc:
                 res = exc.response
-                yield _http_error(res.status_code, res.body or b"", time.perf_counter())
+                yield http_error_event(res.status_code, res.body or b"", time.perf_counter())
                 return
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 yield Error(f"cannot open {self.ws_url}: {exc}", time.perf_counter(),
@@ -397,13 +303,3 @@ class Client:
             self._ws = None
             await ws.close()
 
-
-def _http_error(status: int, raw: bytes, t: float) -> Error:
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return _error(body["error"], t, status)
-    text = raw.decode(errors="replace").strip() or f"HTTP {status}"
-    return Error(text[:500], t, status=status)

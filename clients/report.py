@@ -1,4 +1,4 @@
-"""The bench report: rich tables in the terminal, a JSON document, PNG plots (``clients.plots``).
+"""The bench report: its JSON document and its rich tables (``commands.bench`` prints them).
 
 The JSON document (``--json FILE``) holds every figure and the run's parameters::
 
@@ -6,7 +6,8 @@ The JSON document (``--json FILE``) holds every figure and the run's parameters:
      "tiers": {TIER: {...}}, "overall": {...}, "totals": {...},
      "compare_sim": {"simulate_args": [...], "rows": [...]}}        # with --compare-sim
 
-Times are in seconds in the JSON and in milliseconds in the tables.
+Times are in seconds in the JSON and in milliseconds in the tables. The PNG plots are
+``clients.plots``.
 """
 
 from __future__ import annotations
@@ -16,16 +17,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import RenderableType
 from rich.table import Table
 
 SCHEMA_VERSION = 1
-
-
-def make_console() -> Console:
-    """The terminal; a pipe or a file gets 160 columns instead of rich's 80-column squeeze."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -182,22 +177,16 @@ def compare_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
-def print_report(
-    doc: dict[str, Any], console: Console | None = None, compare_rows: list | None = None
-) -> None:
-    console = console or make_console()
-    console.print(latency_table(doc))
-    console.print(throughput_table(doc))
-    errs = errors_table(doc)
-    if errs is not None:
-        console.print(errs)
-    if compare_rows:
-        console.print(compare_table(compare_rows))
-        console.print(
-            "[dim]One seed drives both: with a flag workload and one worker the bench sends the "
-            "very requests the simulator runs (arrival times, tiers, lengths), so differences "
-            "are the real serving path (HTTP, event loops, scheduling jitter). Warm-up/cool-down "
-            "exclusions and --tools-share make the request sets differ.[/dim]")
+COMPARE_NOTE = (
+    "[dim]One seed drives both: with a flag workload and one worker the bench sends the "
+    "very requests the simulator runs (arrival times, tiers, lengths), so differences "
+    "are the real serving path (HTTP, event loops, scheduling jitter). Warm-up/cool-down "
+    "exclusions and --tools-share make the request sets differ.[/dim]"
+)
+
+
+def generator_lines(doc: dict[str, Any]) -> list[str]:
+    """The request counts and the generator's self-check, then any warnings (rich markup)."""
     gen = doc["generator"]
     totals = doc["totals"]
     lag = gen.get("schedule_lag_p99_s")
@@ -210,9 +199,24 @@ def print_report(
     )
     if lag is not None:
         line += f", schedule lag p99 {fmt_ms(lag)} ms"
-    console.print(line)
+    lines = [line]
     if (gen.get("cpu_utilisation") or 0) > 0.8:
-        console.print("[yellow]warning: the load generator used >80% of a core; its timings "
-                      "may include its own queueing[/yellow]")
+        lines.append("[yellow]warning: the load generator used >80% of a core; its timings "
+                     "may include its own queueing[/yellow]")
     if gen.get("interrupted"):
-        console.print("[yellow]interrupted: in-flight requests were dropped[/yellow]")
+        lines.append("[yellow]interrupted: in-flight requests were dropped[/yellow]")
+    return lines
+
+
+def report_renderables(
+    doc: dict[str, Any], compare_rows: list[dict[str, Any]] | None = None
+) -> list[RenderableType]:
+    """The terminal report, in order: latency, throughput, errors, measured vs simulated, and
+    the generator's line."""
+    out: list[RenderableType] = [latency_table(doc), throughput_table(doc)]
+    errs = errors_table(doc)
+    if errs is not None:
+        out.append(errs)
+    if compare_rows:
+        out += [compare_table(compare_rows), COMPARE_NOTE]
+    return out + list(generator_lines(doc))

@@ -12,13 +12,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
-from .loadgen import LoadConfig
-from .metrics import Price, summarise
-from .report import fmt_ms, fmt_num, fmt_pct, fmt_usd, make_console
-from .workers import execute
+from .load_config import LoadConfig, LoadError
+from .report import fmt_ms, fmt_num, fmt_pct, fmt_usd
+from .stats import Price, summarise
+from .worker_processes import execute
 from .workload import FlagWorkload
 
 SCENARIOS = ("fast-share",)
@@ -92,15 +91,15 @@ def run_fast_share(
         point_wl = dataclasses.replace(wl, mix=sweep_mix(wl.mix, share))
         missing = set(point_wl.mix) - set(cfg.routes)
         if missing:
-            raise ValueError(f"--scenario fast-share: no route for tier {sorted(missing)[0]!r}")
+            raise LoadError(f"--scenario fast-share: no route for tier {sorted(missing)[0]!r}")
         rr = execute(cfg, point_wl, workers, label=f"fast {100 * share:g}%")
         summary = summarise(
             rr.results, warmup=cfg.warmup, cooldown=cfg.cooldown, send_end=rr.send_end,
             slo_ttft=slo_ttft, slo_tpot=slo_tpot, prices=prices,
         )
         rows.append(point_row(share, summary))
-        points.append({"fast_share": share, "mix": point_wl.mix, "generator": rr.generator(),
-                       **summary})
+        points.append({"fast_share": share, "mix": point_wl.mix,
+                       "generator": rr.generator().as_dict(), **summary})
     return rows, points
 
 
@@ -122,6 +121,3 @@ def sweep_table(rows: list[dict[str, Any]]) -> Table:
         )
     return t
 
-
-def print_sweep(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    (console or make_console()).print(sweep_table(rows))

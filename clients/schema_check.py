@@ -1,107 +1,89 @@
-"""A tiny JSON-schema checker for tool-call arguments (the client side must not import backends).
+"""Tool-call validity for the bench: does a call name an offered tool with valid arguments?
 
-Supported: ``type`` (also a list), ``properties``, ``required``, ``additionalProperties`` (false
-or a schema), ``enum``, ``const``, ``items``, ``minItems`` / ``maxItems``, ``minLength`` /
-``maxLength``, ``minimum`` / ``maximum`` / ``exclusiveMinimum`` / ``exclusiveMaximum``, ``anyOf``
-/ ``oneOf`` (any branch), ``allOf``. Anything else is ignored. It exists to tell a well-formed
-tool call from the mistakes a weak model makes, not to be a conformant validator.
+Validation is the ``jsonschema`` library (Draft 2020-12 unless the schema's ``$schema`` names
+another draft; ``format`` is not asserted), so the bench holds the server to the standard. What
+this module adds is the classification the report counts: each invalid call gets the kind of
+its first problem (``malformed_json``, ``unknown_tool``, ``missing_required``,
+``unexpected_property``, ``wrong_type``, ``not_in_enum``, ``not_const``, ``no_branch``,
+``length``, ``out_of_range``, else the JSON-schema keyword that failed) and a message.
+
+The client side never imports ``backends``: the server's own checker lives there, this one is
+the bench's independent opinion.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "null": (type(None),),
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+_KINDS = {
+    "type": "wrong_type",
+    "enum": "not_in_enum",
+    "const": "not_const",
+    "anyOf": "no_branch",
+    "oneOf": "no_branch",
+    "required": "missing_required",
+    "additionalProperties": "unexpected_property",
+    "unevaluatedProperties": "unexpected_property",
+    "minLength": "length",
+    "maxLength": "length",
+    "minItems": "length",
+    "maxItems": "length",
+    "minimum": "out_of_range",
+    "maximum": "out_of_range",
+    "exclusiveMinimum": "out_of_range",
+    "exclusiveMaximum": "out_of_range",
 }
-
-
-def _is_type(value: Any, name: str) -> bool:
-    if name in ("number", "integer") and isinstance(value, bool):
-        return False
-    if name == "integer" and isinstance(value, float):
-        return value.is_integer()
-    return isinstance(value, _TYPES.get(name, (object,)))
+# the first problem is the shallowest; at one path, in this order
+_RANK = {"type": 0, "enum": 1, "const": 2, "anyOf": 3, "oneOf": 3, "required": 4}
 
 
 def check_value(value: Any, schema: Mapping[str, Any], path: str = "$") -> tuple[str, str] | None:
-    """None if ``value`` fits ``schema``, else (kind, message) of the first problem found."""
+    """None if ``value`` fits ``schema``, else (kind, message) of the first problem found.
+
+    ``path`` names ``value`` in messages (``$`` for the arguments object).
+    """
     if not isinstance(schema, Mapping):
         return None
-    t = schema.get("type")
-    if t is not None:
-        names = [t] if isinstance(t, str) else list(t)
-        if not any(_is_type(value, n) for n in names):
-            return "wrong_type", f"{path}: expected {'/'.join(names)}, got {type(value).__name__}"
-    if "enum" in schema and value not in schema["enum"]:
-        return "not_in_enum", f"{path}: {value!r} not in {schema['enum']!r}"
-    if "const" in schema and value != schema["const"]:
-        return "not_const", f"{path}: {value!r} != {schema['const']!r}"
-    for key in ("anyOf", "oneOf"):
-        if key in schema and all(check_value(value, s, path) for s in schema[key]):
-            return "no_branch", f"{path}: matches no branch of {key}"
-    for sub in schema.get("allOf") or ():
-        problem = check_value(value, sub, path)
-        if problem:
-            return problem
-    if isinstance(value, dict):
-        return _check_object(value, schema, path)
-    if isinstance(value, list):
-        return _check_array(value, schema, path)
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", 1e18):
-            return "length", f"{path}: string length {len(value)} out of bounds"
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        return _check_number(value, schema, path)
-    return None
+    try:
+        text = json.dumps(schema, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return "invalid_schema", f"{path}: the schema is not JSON"
+    validator = _validator(text)
+    if isinstance(validator, str):
+        return "invalid_schema", f"{path}: the schema is invalid: {validator}"
+    first = min(validator.iter_errors(value), key=_order, default=None)
+    if first is None:
+        return None
+    kw = str(first.validator)
+    where = path + "".join(
+        f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.absolute_path
+    )
+    return _KINDS.get(kw, kw), f"{where}: {first.message}"
 
 
-def _check_object(value: dict[str, Any], schema: Mapping[str, Any], path: str):
-    props: Mapping[str, Any] = schema.get("properties") or {}
-    for name in schema.get("required") or ():
-        if name not in value:
-            return "missing_required", f"{path}: missing required property {name!r}"
-    extra = schema.get("additionalProperties", True)
-    for name, item in value.items():
-        if name in props:
-            problem = check_value(item, props[name], f"{path}.{name}")
-        elif extra is False:
-            return "unexpected_property", f"{path}: unexpected property {name!r}"
-        else:
-            problem = check_value(item, extra, f"{path}.{name}") if isinstance(extra, Mapping) else None
-        if problem:
-            return problem
-    return None
+@functools.lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Validator | str:
+    """A checked validator for a schema (by its canonical JSON), or why the schema is bad."""
+    schema = json.loads(schema_text)
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        return exc.message
+    validator: Validator = cls(schema)
+    return validator
 
 
-def _check_array(value: list[Any], schema: Mapping[str, Any], path: str):
-    if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", 1e18):
-        return "length", f"{path}: {len(value)} items out of bounds"
-    items = schema.get("items")
-    if isinstance(items, Mapping):
-        for i, item in enumerate(value):
-            problem = check_value(item, items, f"{path}[{i}]")
-            if problem:
-                return problem
-    return None
-
-
-def _check_number(value: float, schema: Mapping[str, Any], path: str):
-    lo, hi = schema.get("minimum"), schema.get("maximum")
-    xlo, xhi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        return "out_of_range", f"{path}: {value} outside [{lo}, {hi}]"
-    if (xlo is not None and value <= xlo) or (xhi is not None and value >= xhi):
-        return "out_of_range", f"{path}: {value} outside ({xlo}, {xhi})"
-    return None
+def _order(error: ValidationError) -> tuple[int, int]:
+    return len(error.absolute_path), _RANK.get(str(error.validator), len(_RANK))
 
 
 def tool_schema(tools: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:

@@ -1,4 +1,8 @@
-"""What ``fastmode bench`` sends: length distributions, tier routes, prompts and tools.
+"""What ``fastmode bench`` sends: tier routes, prompts and tools around the shared workload.
+
+Tier mix, length distributions and arrival order come from the top-level ``workload`` package,
+the one definition ``fastmode simulate`` draws from too (``--compare-sim`` depends on it); this
+module adds what only a client needs: routes, prompt text and tool definitions.
 
 A request is described by a ``RequestSpec`` (tier, messages, max_tokens, tools) whichever way the
 workload is given: drawn from flags by a seeded ``Sampler`` or read from a JSONL trace
@@ -11,45 +15,42 @@ tokens, so a prompt of N tokens is N - 7 words. Real tokenizers land within ~10-
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-DIST_KINDS = ("fixed", "uniform", "lognormal")
-LOGNORMAL_SIGMA = 0.8  # same spread as `fastmode simulate` (p99 ~6x the median)
+from workload import (
+    DIST_KINDS,
+    LOGNORMAL_SIGMA,
+    LengthDist,
+    RequestShape,
+    ShapeSampler,
+    WorkloadError,
+    normalise_mix,
+)
+from workload import parse_mix as parse_shares
+
+__all__ = [
+    "BENCH_TOOLS",
+    "CHAT_FRAMING_TOKENS",
+    "DEFAULT_ROUTES",
+    "DIST_KINDS",
+    "LOGNORMAL_SIGMA",
+    "TOOL_MIN_MAX_TOKENS",
+    "FlagWorkload",
+    "LengthDist",
+    "PromptBuilder",
+    "RequestSpec",
+    "Route",
+    "Sampler",
+    "WorkloadError",
+    "parse_mix",
+    "parse_routes",
+]
+
 CHAT_FRAMING_TOKENS = 7  # 3 per message + role + 3 priming the reply (OpenAI cookbook recipe)
 TOOL_MIN_MAX_TOKENS = 256  # tool calls are not capped below this: truncated JSON is not a botch
-
-
-class WorkloadError(ValueError):
-    """A workload flag is invalid; the message names it."""
-
-
-@dataclass(frozen=True)
-class LengthDist:
-    """Token counts with a given mean: fixed, uniform on [mean/2, 3*mean/2], or lognormal."""
-
-    kind: str
-    mean: int
-
-    def __post_init__(self) -> None:
-        if self.kind not in DIST_KINDS:
-            raise WorkloadError(
-                f"distribution: unknown {self.kind!r}; allowed: {', '.join(DIST_KINDS)}"
-            )
-        if self.mean <= 0:
-            raise WorkloadError(f"mean length: must be > 0, got {self.mean}")
-
-    def sample(self, rng: random.Random) -> int:
-        if self.kind == "fixed":
-            return self.mean
-        if self.kind == "uniform":
-            lo = max(1, self.mean // 2)
-            return rng.randint(lo, max(lo, 2 * self.mean - lo))
-        mu = math.log(self.mean) - LOGNORMAL_SIGMA**2 / 2
-        return max(1, round(rng.lognormvariate(mu, LOGNORMAL_SIGMA)))
 
 
 @dataclass(frozen=True)
@@ -69,27 +70,12 @@ DEFAULT_ROUTES: dict[str, Route] = {
 
 def parse_mix(text: str) -> dict[str, float]:
     """``standard=0.7,fast=0.2,spark=0.1`` -> shares normalised to sum 1 (zeros dropped)."""
-    mix: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise WorkloadError(f"--mix: expected TIER=SHARE, got {part!r}")
-        try:
-            share = float(value)
-        except ValueError:
-            raise WorkloadError(f"--mix: share of {name!r} is not a number: {value!r}") from None
-        if not share >= 0 or math.isinf(share):
-            raise WorkloadError(f"--mix: share of {name!r} must be >= 0, got {value}")
-        mix[name] = mix.get(name, 0.0) + share
-    total = sum(mix.values())
-    if total <= 0:
-        raise WorkloadError("--mix: the shares add up to 0")
-    return {k: v / total for k, v in mix.items() if v > 0}
+    return normalise_mix(parse_shares(text, flag="--mix"))
 
 
 def parse_routes(overrides: list[str], model: str | None = None) -> dict[str, Route]:
-    """Default fastmode routes, then ``--model M`` (every tier), then ``--tier NAME=MODEL[@PATH]``."""
+    """Default fastmode routes, then ``--model M`` (every tier), then
+    ``--tier NAME=MODEL[@PATH]``."""
     routes = dict(DEFAULT_ROUTES)
     if model:
         routes = {name: Route(r.path, model) for name, r in routes.items()}
@@ -238,30 +224,30 @@ class FlagWorkload:
 
 
 class Sampler:
-    """Draws request specs from a ``FlagWorkload``: tier, then prompt and output lengths."""
+    """Draws request specs from a ``FlagWorkload``: the shared request shapes, dressed up.
+
+    Tier and lengths come from ``workload.ShapeSampler`` on ``rng`` (the stream ``fastmode
+    simulate`` draws from with the same seed); prompt words and the tools coin have streams of
+    their own, so they never shift the simulator's draws.
+    """
 
     def __init__(self, wl: FlagWorkload) -> None:
         self.wl = wl
         self.rng = random.Random(wl.seed)
         self.tools_rng = random.Random(wl.seed + 31337)
         self.prompts = PromptBuilder(wl.seed)
-        self.names = [n for n, w in wl.mix.items() if w > 0]
-        total = sum(wl.mix[n] for n in self.names)
-        acc, self.cum = 0.0, []
-        for name in self.names:  # as fastmode simulate does, so that one seed draws alike
-            acc += wl.mix[name] / total
-            self.cum.append(acc)
+        self.shapes = ShapeSampler(wl.mix, wl.prompt, wl.output)
+        self.names = self.shapes.tiers
 
     def draw(self) -> RequestSpec:
-        u = self.rng.random()
-        i = 0
-        while i < len(self.cum) - 1 and u >= self.cum[i]:
-            i += 1
-        prompt = max(CHAT_FRAMING_TOKENS + 1, self.wl.prompt.sample(self.rng))
-        output = self.wl.output.sample(self.rng)
-        share = self.wl.tools_share  # its own stream: tools do not shift the simulator's draws
+        return self._spec(self.shapes.draw(self.rng))
+
+    def _spec(self, shape: RequestShape) -> RequestSpec:
+        prompt = max(CHAT_FRAMING_TOKENS + 1, shape.prompt_tokens)
+        output = shape.output_tokens
+        share = self.wl.tools_share
         with_tools = share > 0 and self.tools_rng.random() < share
-        spec = RequestSpec(self.names[i], self.prompts.messages(prompt), output, prompt)
+        spec = RequestSpec(shape.tier, self.prompts.messages(prompt), output, prompt)
         if with_tools:
             spec.tools = BENCH_TOOLS
             spec.max_tokens = max(output, TOOL_MIN_MAX_TOKENS)
@@ -277,13 +263,7 @@ class Sampler:
         self, rate: float, arrivals: str, phase: float = 0.0
     ) -> Iterator[tuple[float, RequestSpec]]:
         """Open-loop (start offset, request) pairs from one random stream, drawn in the order
-        ``fastmode simulate`` draws them (arrival gap, tier, prompt, output): with the same
-        seed, mix and lengths, the bench sends the very requests the simulator predicts for."""
-        t, n = 0.0, 0
-        while True:
-            if arrivals == "poisson":
-                t += self.rng.expovariate(rate)
-            else:
-                t = n / rate
-            n += 1
-            yield t + phase, self.draw()
+        ``fastmode simulate`` draws them (``ShapeSampler.timed``): with the same seed, mix and
+        lengths, the bench sends the very requests the simulator predicts for."""
+        for t, shape in self.shapes.timed(rate, arrivals, self.rng):
+            yield t + phase, self._spec(shape)

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 # transitional: modules move into this package one by one (commands.<name>)
 COMMAND_MODULES = (
-    "backends.cli",
+    "commands.predict",
+    "commands.simulate",
     "commands.serve",
     "commands.engine",
     "commands.chat",

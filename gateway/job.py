@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from backends.drivers import TokenStream
 from backends.engine import Tier
+from backends.mockmodel import Generation
 from backends.scheduler import FINISHED
-from backends.textgen import Generation
 
 from .auth import Principal
 
@@ -35,6 +35,14 @@ class Job:
     settled: bool = False
     cost_usd: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # rate-limit headers from admission
+    # for the ledger (gateway.ledger): how the request came and how it ended
+    protocol: str = ""
+    transport: str = "http"
+    fault: str | None = None  # an injected fault kind (gateway.faults)
+    ended: str = ""  # set at settlement: completed | cancelled | cut | failed | shutdown
+    generated: int = 0  # set at settlement: tokens the engine produced before the end was seen
+    billed_output: int = 0  # set at settlement: output tokens billed
+    detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
 
     @property
     def downgraded(self) -> bool:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gateway.cli import main
+from commands import main
 
 PREDICT_KEYS = {
     "ttft_s",

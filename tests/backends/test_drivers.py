@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -174,7 +175,8 @@ async def test_realtime_driver_matches_virtual_driver(spec: EngineSpec):
         on_finish=lambda s: virtual.__setitem__(s.tag, s),
         steady=False,
     )
-    d.run([Arrival(0.0, dep.name, p, o, tag=i) for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))])
+    pairs = zip(prompts, outputs, strict=True)
+    d.run([Arrival(0.0, dep.name, p, o, tag=i) for i, (p, o) in enumerate(pairs)])
     expected = {
         i: [ends[s.first_step + k] for k in range(s.output_tokens)] for i, s in virtual.items()
     }
@@ -213,6 +215,15 @@ async def test_realtime_driver_matches_virtual_driver(spec: EngineSpec):
         assert s.seq.finished_at - origin == pytest.approx(virtual[i].finished_at, abs=1e-6)
 
 
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Let the event loop run until ``condition()`` holds; fail after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not reached before the deadline"
+        await asyncio.sleep(0)
+
+
 async def test_realtime_cancel_frees_the_slot(spec: EngineSpec):
     dep = dataclasses.replace(spec.deployments["spark"], replicas=1)
     rt = RealtimeDeployment(dep)
@@ -222,9 +233,9 @@ async def test_realtime_cancel_frees_the_slot(spec: EngineSpec):
         async for _ in stream:
             break
         await stream.aclose()
-        await asyncio.sleep(0.01)
         sched = rt.replicas[0].scheduler
-        assert sched.running == 0 and stream.seq.state == "cancelled"
+        await until(lambda: sched.running == 0)  # dropped when the replica plans its next step
+        assert stream.seq.state == "cancelled"
         assert sched.kv_used_tokens == dep.background.kv_tokens
     finally:
         await rt.stop()
@@ -244,8 +255,7 @@ async def test_cancel_wakes_a_waiting_reader(spec: EngineSpec):
                 got.extend(times)
 
         reader = asyncio.ensure_future(read())
-        while not got:
-            await asyncio.sleep(0.001)
+        await until(lambda: bool(got))
         stream.cancel()
         await asyncio.wait_for(reader, 1.0)
         assert reader.done() and len(got) < 10_000

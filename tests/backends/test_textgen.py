@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.textgen import (
+from backends.mockmodel import (
     BOTCH_KINDS,
     Generation,
     GenerationRequest,

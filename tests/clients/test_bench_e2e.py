@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from gateway.cli import main
+from commands import main
 
 _SAMPLE = re.compile(r"^(\w+)(?:\{([^}]*)\})?\s+(\S+)$")
 

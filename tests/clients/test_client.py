@@ -7,9 +7,10 @@ import json
 import pytest
 
 # submodules, not the package: under pytest, tests/clients shadows the `clients` package name
-from clients.client import ChatParser, Client, ResponsesParser, tier_url
+from clients.client import Client, tier_url
+from clients.event_parsers import ChatParser, ResponsesParser
 from clients.events import Done, Error, TextDelta, ToolCallDelta, Usage
-from gateway.cli import main
+from commands import main
 
 WEATHER = {
     "type": "function",

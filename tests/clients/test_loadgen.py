@@ -8,8 +8,10 @@ from collections import Counter
 import orjson
 import pytest
 
-from clients.loadgen import LoadConfig, LoadError, LoadGenerator, arrival_offsets, request_body
-from clients.metrics import summarise
+from clients.http_transport import request_body
+from clients.load_config import LoadConfig, LoadError
+from clients.loadgen import LoadGenerator, arrival_offsets
+from clients.stats import summarise
 from clients.workload import FlagWorkload, LengthDist, RequestSpec, Route, Sampler
 
 
@@ -64,14 +66,16 @@ class ScriptedServer:
                 self.requests[kind] += 1
                 if raw:
                     self.bodies.append(orjson.loads(raw))
-                if not await self.respond(kind, writer, self.bodies[-1] if raw else {}):
+                if not await self.respond(kind, reader, writer, self.bodies[-1] if raw else {}):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
 
-    async def respond(self, kind: str, w: asyncio.StreamWriter, body: dict) -> bool:
+    async def respond(
+        self, kind: str, reader: asyncio.StreamReader, w: asyncio.StreamWriter, body: dict
+    ) -> bool:
         sse = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                b"x-fastmode-tier: " + kind.encode() + b"\r\ntransfer-encoding: chunked\r\n\r\n")
         n = body.get("max_tokens", 3)
@@ -87,8 +91,8 @@ class ScriptedServer:
             return False
         elif kind == "early":  # a complete HTTP body that stops before finish/[DONE]
             w.write(sse + _chunked(_token("a")) + b"0\r\n\r\n")
-        elif kind == "slow":
-            await asyncio.sleep(5)
+        elif kind == "slow":  # never answers: hold the request until the client gives up
+            await reader.read()
             return False
         elif kind == "models":
             w.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
@@ -232,7 +236,7 @@ def test_request_body_with_tools_and_without_ignore_eos():
 
 
 def test_worker_plan_splits_the_load_exactly():
-    from clients.workers import plan
+    from clients.worker_processes import plan
 
     routes = {"standard": Route("/v1", "m")}
     wl = FlagWorkload({"standard": 1}, LengthDist("fixed", 20), LengthDist("fixed", 5), seed=4)

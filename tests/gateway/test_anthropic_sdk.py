@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from backends.textgen import validate_arguments
+from backends.mockmodel import validate_arguments
 
 WEATHER = {
     "name": "get_weather",

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from backends.textgen import validate_arguments
+from backends.mockmodel import validate_arguments
 
 WEATHER = {
     "type": "function",

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 from test_openai_sdk import small
 
-from backends.textgen import GenerationRequest
+from backends.mockmodel import GenerationRequest
 from gateway import protocols
 from gateway.app import create_app
 from gateway.config import Config, load_config

@@ -60,9 +60,13 @@ class MessagesEncoder(Encoder):
         self.job = job
         self.mid = job.id.replace("req-", "msg_")
         self.speed = "fast" if job.tier.name == "fast" else "standard"
-        self.tool_ids = [f"toolu_{c.id[5:]}" for c in job.gen.tool_calls]
         self._open: int | None = None
         self._text_prefix = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'
+
+    def _tool_id(self, k: int) -> str:
+        """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
+        calls while it streams."""
+        return f"toolu_{self.job.gen.tool_calls[k].id[5:]}"
 
     def usage(self, output: int) -> dict[str, Any]:
         job = self.job
@@ -80,7 +84,7 @@ class MessagesEncoder(Encoder):
         gen = self.job.gen
         if gen.tool_calls:
             return [
-                {"type": "tool_use", "id": self.tool_ids[k], "name": c.name,
+                {"type": "tool_use", "id": self._tool_id(k), "name": c.name,
                  "input": _tool_input(c.arguments)}
                 for k, c in enumerate(gen.tool_calls)
             ]
@@ -142,7 +146,7 @@ class MessagesEncoder(Encoder):
         gen = self.job.gen
         block: dict[str, Any]
         if gen.tool_calls:
-            block = {"type": "tool_use", "id": self.tool_ids[index],
+            block = {"type": "tool_use", "id": self._tool_id(index),
                      "name": gen.tool_calls[index].name, "input": {}}
         else:
             block = {"type": "text", "text": ""}

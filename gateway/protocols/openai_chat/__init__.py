@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.textgen import GenerationRequest, ToolSpec
+from backends.mockmodel import GenerationRequest, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
 from ...errors import bad_request

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from backends.textgen import GenerationRequest, ToolSpec
+from backends.mockmodel import GenerationRequest, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
 from ...errors import APIError, bad_request

@@ -33,11 +33,9 @@ class ResponsesEncoder(Encoder):
     def __init__(self, job: Job, req: ResponsesRequest) -> None:
         self.job = job
         self.req = req
-        self.usage = responses_usage(job)
         self.seq = 0
         self.rid = job.id.replace("req-", "resp_")
         self.msg_id = job.id.replace("req-", "msg_")
-        self.fc_ids = [f"fc_{c.id[5:]}" for c in job.gen.tool_calls]
         self._text: list[str] = []
         self._args: dict[int, list[str]] = {}
         self._open_items: set[int] = set()
@@ -49,6 +47,11 @@ class ResponsesEncoder(Encoder):
         })[:-1]
         self._delta_prefix = prefix + b',"delta":'
         self._delta_mid = b',"logprobs":[],"sequence_number":'
+
+    def _fc_id(self, k: int) -> str:
+        """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
+        calls while it streams, and its usage only at the end."""
+        return f"fc_{self.job.gen.tool_calls[k].id[5:]}"
 
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self.seq
@@ -71,7 +74,7 @@ class ResponsesEncoder(Encoder):
         call = self.job.gen.tool_calls[k]
         args = call.arguments if status == "completed" else "".join(self._args.get(k, []))
         return {
-            "id": self.fc_ids[k],
+            "id": self._fc_id(k),
             "type": "function_call",
             "status": status,
             "call_id": call.id,
@@ -114,7 +117,7 @@ class ResponsesEncoder(Encoder):
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "top_p": 1.0 if req.top_p is None else req.top_p,
             "truncation": "disabled",
-            "usage": self.usage if done else None,
+            "usage": responses_usage(job) if done else None,
             "metadata": req.metadata or {},
             "time_info": job.time_info() if done else None,
         }
@@ -153,7 +156,7 @@ class ResponsesEncoder(Encoder):
                 self._args.setdefault(k, []).append(piece.text)
                 out.append(("response.function_call_arguments.delta", self._event({
                     "type": "response.function_call_arguments.delta",
-                    "item_id": self.fc_ids[k], "output_index": k, "delta": piece.text})))
+                    "item_id": self._fc_id(k), "output_index": k, "delta": piece.text})))
         return out
 
     def _open_message(self) -> Frames:
@@ -178,7 +181,7 @@ class ResponsesEncoder(Encoder):
                         "type": "response.output_item.added", "output_index": k,
                         "item": self._call_item(k, "in_progress")})))
                 out.append(("response.function_call_arguments.done", self._event({
-                    "type": "response.function_call_arguments.done", "item_id": self.fc_ids[k],
+                    "type": "response.function_call_arguments.done", "item_id": self._fc_id(k),
                     "output_index": k, "name": call.name, "arguments": call.arguments})))
                 out.append(("response.output_item.done", self._event({
                     "type": "response.output_item.done", "output_index": k,

@@ -1,4 +1,8 @@
-"""The client-side ``fastmode`` commands: ``chat`` (here) and ``bench`` (clients/bench*.py)."""
+"""``fastmode chat``: stream one answer to the terminal, then a one-line summary.
+
+The command line and the printing only; the turn itself is ``clients.client.Client`` (public
+HTTP API or the Responses websocket), so it works against any OpenAI-compatible server.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,19 @@ import argparse
 import asyncio
 import os
 import sys
+from typing import Any
 
-from .bench import register_bench
-from .client import TIERS, Client, tier_url
-from .events import Error, TextDelta, ToolCallDelta
+from clients.client import TIERS, Client, tier_url
+from clients.events import Error, TextDelta, ToolCallDelta
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the client commands to the ``fastmode`` parser (one line per command)."""
-    register_chat(sub)
-    register_bench(sub)
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 
-def register_chat(sub: argparse._SubParsersAction) -> None:
+class UsageError(ValueError):
+    """A bad flag: ``fastmode chat: error: ...`` and exit status 2 (see ``commands``)."""
+
+
+def register(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "chat",
         help="stream one answer to the terminal, then TTFT, tokens/s, tokens, cost and tier",
@@ -26,8 +30,8 @@ def register_chat(sub: argparse._SubParsersAction) -> None:
         "with a one-line summary: TTFT, tokens/s, tokens, cost, tier.",
     )
     p.add_argument("prompt", nargs="+", help="the prompt (words are joined with spaces)")
-    p.add_argument("--url", default="http://127.0.0.1:8000",
-                   help="server root, without /v1 (default http://127.0.0.1:8000)")
+    p.add_argument("--url", default=DEFAULT_URL,
+                   help=f"server root, without /v1 (default {DEFAULT_URL})")
     p.add_argument("--tier", choices=list(TIERS), default="standard",
                    help="standard: frontier on /v1; fast: frontier on /fast/v1; "
                    "spark: frontier-spark (default standard)")
@@ -38,13 +42,12 @@ def register_chat(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=os.environ.get("FASTMODE_API_KEY")
                    or os.environ.get("OPENAI_API_KEY"),
                    help="bearer key (default $FASTMODE_API_KEY or $OPENAI_API_KEY)")
-    p.set_defaults(func=run_chat)
+    p.set_defaults(func=run)
 
 
-def run_chat(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.max_tokens is not None and args.max_tokens < 1:
-        print("fastmode chat: error: --max-tokens: must be at least 1", file=sys.stderr)
-        return 2
+        raise UsageError("--max-tokens: must be at least 1")
     return asyncio.run(_chat(args))
 
 

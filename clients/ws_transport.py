@@ -16,11 +16,16 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from time import perf_counter
+from types import TracebackType
 from typing import Any
+
+import httpx
 
 from .client import Client
 from .events import Done, Error, TextDelta, ToolCallDelta, Usage
-from .records import RequestResult, ToolCallRecord
+from .http_transport import preflight
+from .load_config import LoadConfig
+from .records import Live, RequestResult, ToolCallRecord
 from .workload import RequestSpec, Route
 
 
@@ -31,6 +36,7 @@ class WsPool:
         self.timeout = timeout
         self.idle: dict[str, list[Client]] = defaultdict(list)
         self.all: set[Client] = set()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def acquire(self, path: str) -> Client:
         idle = self.idle[path]
@@ -46,7 +52,9 @@ class WsPool:
             self.idle[path].append(client)
         else:
             self.all.discard(client)
-            asyncio.ensure_future(client.aclose())
+            task = asyncio.ensure_future(client.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     async def aclose(self) -> None:
         clients, self.all = list(self.all), set()
@@ -56,7 +64,8 @@ class WsPool:
                 await c.aclose()
 
 
-def _error_kind(err: Error) -> str:
+def error_kind(err: Error) -> str:
+    """The bench's error kind of an ``Error`` event (see ``clients.records``)."""
     if err.status is not None:
         return f"http_{err.status}"
     if err.code == "connection_error":
@@ -68,7 +77,7 @@ def _error_kind(err: Error) -> str:
 
 async def ws_exchange(
     pool: WsPool, spec: RequestSpec, route: Route, res: RequestResult, t0: float,
-    ignore_eos: bool, timeout: float, live: Any,
+    ignore_eos: bool, timeout: float, live: Live,
 ) -> None:
     """One request as a websocket turn; fills ``res`` (errors included, never raises but
     cancellation and timeouts, which the caller records)."""
@@ -78,7 +87,7 @@ async def ws_exchange(
     if ignore_eos and spec.ignore_eos:
         extra["ignore_eos"] = True
     tool_choice = spec.extra.get("tool_choice")
-    calls: dict[int, list[Any]] = {}
+    calls: dict[int, tuple[str, list[str]]] = {}
     times, counts = res.chunk_times, res.chunk_tokens
     try:
         stream = client.stream(spec.messages, model=route.model, max_tokens=spec.max_tokens,
@@ -87,10 +96,10 @@ async def ws_exchange(
             async for ev in stream:
                 if isinstance(ev, TextDelta | ToolCallDelta):
                     if isinstance(ev, ToolCallDelta):
-                        slot = calls.setdefault(ev.index, ["", []])
+                        name, parts = calls.setdefault(ev.index, ("", []))
                         if ev.name:
-                            slot[0] = ev.name
-                        slot[1].append(ev.arguments)
+                            calls[ev.index] = (ev.name, parts)
+                        parts.append(ev.arguments)
                     elif not ev.text:
                         continue
                     t = ev.t - t0
@@ -111,7 +120,7 @@ async def ws_exchange(
                     res.finish_reason = ev.reason
                     res.time_info = ev.time_info
                 elif isinstance(ev, Error):
-                    res.error, res.detail = _error_kind(ev), ev.message[:200]
+                    res.error, res.detail = error_kind(ev), ev.message[:200]
                     res.status = ev.status
         if res.error is None and res.finish_reason is None:
             res.error, res.detail = "disconnect", "the turn ended before response.completed"
@@ -122,3 +131,39 @@ async def ws_exchange(
     if res.error is None:
         res.status = 200
     res.end = perf_counter() - t0
+
+
+class WsTransport:
+    """The websocket pool of one load, with the same interface as ``HttpTransport``."""
+
+    def __init__(self, cfg: LoadConfig, live: Live) -> None:
+        self.cfg = cfg
+        self.live = live
+        auth = cfg.headers.get("authorization", "")
+        key = auth[7:] if auth.lower().startswith("bearer ") else None
+        self.pool = WsPool(cfg.base_url(), key, cfg.timeout)
+
+    async def __aenter__(self) -> WsTransport:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.pool.aclose()
+
+    async def preflight(self) -> None:
+        """As over HTTP: one GET of ``/models`` before the clock starts."""
+        headers = {"accept-encoding": "identity", **self.cfg.headers}
+        async with httpx.AsyncClient(trust_env=not self.cfg.is_loopback()) as client:
+            await preflight(client, self.cfg, headers)
+
+    def prepare(self, spec: RequestSpec) -> None:
+        """Nothing to encode ahead: the client builds the ``response.create`` frame."""
+        return None
+
+    async def exchange(
+        self, spec: RequestSpec, body: bytes | None, res: RequestResult, t0: float, slot: int
+    ) -> None:
+        await ws_exchange(self.pool, spec, self.cfg.routes[spec.tier], res, t0,
+                          self.cfg.ignore_eos, self.cfg.timeout, self.live)

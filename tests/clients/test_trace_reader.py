@@ -7,9 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from clients.trace import TraceError, read_trace
+from clients.trace_reader import TraceError, read_trace
 from clients.workload import BENCH_TOOLS, CHAT_FRAMING_TOKENS, TOOL_MIN_MAX_TOKENS
-from gateway.cli import main
+from commands import main
 
 TIERS = ("standard", "fast", "spark")
 

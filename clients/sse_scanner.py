@@ -1,4 +1,5 @@
-"""A cheap parser of OpenAI chat-completion SSE streams, fed one network chunk at a time.
+"""The load generator's SSE scanner: token arrival times from a chat-completion stream, fed one
+network chunk at a time, cheaply.
 
 The hot path is one ``bytes.split`` per chunk and, per event, two substring tests: an event
 shaped like ``data: {…"delta":{"content":"<non-empty>…}`` is a token and is not decoded at all.

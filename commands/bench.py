@@ -1,42 +1,40 @@
 """``fastmode bench``: load-test an OpenAI-compatible server per tier and report what users get.
 
-Wiring only: flags -> workload (``clients.workload`` / ``clients.trace``) -> load
-(``clients.loadgen``) -> figures (``clients.metrics``) -> table, JSON and plots
-(``clients.report`` / ``clients.plots``); ``--compare-sim`` (``clients.simcompare``) and
-``--scenario`` (``clients.scenarios``). Bad input: one line naming the flag, exit status 2.
+The command line and the printing only: flags -> a ``clients.bench_run.BenchPlan`` ->
+``run_bench`` / ``run_sweep`` -> tables on the terminal, ``--json`` and ``--plots`` files.
+Bad input is one line naming the flag, exit status 2 (``UsageError``, see ``commands``).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from .loadgen import ARRIVALS, TRANSPORTS, LoadConfig, LoadError
-from .metrics import Price, parse_price_table, summarise
-from .report import document, print_report, write_json
-from .scenarios import DEFAULT_SHARES, SCENARIOS, parse_shares
-from .simcompare import SimError
-from .trace import TraceError, read_trace
-from .workload import (
-    DIST_KINDS,
-    FlagWorkload,
-    LengthDist,
-    RequestSpec,
-    WorkloadError,
-    parse_mix,
-    parse_routes,
+from rich.console import Console
+
+from clients.bench_run import (
+    DEFAULT_REQUESTS,
+    BenchPlan,
+    flag_workload,
+    run_bench,
+    run_sweep,
 )
+from clients.load_config import ARRIVALS, TRANSPORTS, LoadConfig, LoadError, parse_headers
+from clients.report import report_renderables, write_json
+from clients.scenarios import DEFAULT_SHARES, SCENARIOS, parse_shares, sweep_table
+from clients.simcompare import SimError
+from clients.stats import Price, parse_price_table
+from clients.trace_reader import TraceError, read_trace
+from clients.workload import DIST_KINDS, LengthDist, WorkloadError, parse_routes
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-DEFAULT_REQUESTS = 100
 
 
-class BenchUsageError(ValueError):
-    """Flags that do not go together."""
+class UsageError(ValueError):
+    """Bad flags: ``fastmode bench: error: ...`` and exit status 2 (see ``commands``)."""
 
 
-def register_bench(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[Any]) -> None:
     p = sub.add_parser(
         "bench",
         help="load-test a server per tier: TTFT, tokens/s, goodput, cost (table, JSON, plots)",
@@ -107,53 +105,36 @@ def register_bench(sub: Any) -> None:
     g.add_argument("--scenario", choices=SCENARIOS, help="run a built-in scenario instead")
     g.add_argument("--shares", default=",".join(f"{100 * s:g}" for s in DEFAULT_SHARES),
                    help="fast-share sweep points, percent (default 0,10,25,50)")
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=run)
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
-        return _bench(args)
-    except (WorkloadError, TraceError, LoadError, SimError, BenchUsageError) as exc:
-        print(f"fastmode bench: error: {exc}", file=sys.stderr)
-        return 2
+        plan = build_plan(args)
+        if args.scenario == "fast-share":
+            return _sweep(args, plan)
+        return _bench(args, plan)
+    except (WorkloadError, TraceError, LoadError, SimError) as exc:
+        raise UsageError(str(exc)) from None
 
 
-def _headers(args: argparse.Namespace) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for h in args.header:
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip():
-            raise BenchUsageError(f"--header: expected NAME:VALUE, got {h!r}")
-        headers[name.strip().lower()] = value.strip()
-    if args.api_key:
-        headers["authorization"] = f"Bearer {args.api_key}"
-    return headers
+def console() -> Console:
+    """The terminal; a pipe or a file gets 160 columns instead of rich's 80-column squeeze."""
+    out = Console()
+    return out if out.is_terminal else Console(width=160)
 
 
-def _prices(args: argparse.Namespace) -> dict[str, Price] | None:
-    if not args.price_table:
+def _prices(text: str | None) -> dict[str, Price] | None:
+    if not text:
         return None
     try:
-        return parse_price_table(args.price_table)
+        return parse_price_table(text)
     except ValueError as exc:
-        raise BenchUsageError(str(exc)) from None
+        raise UsageError(str(exc)) from None
 
 
-def _flag_workload(args: argparse.Namespace, routes: dict[str, Any]) -> FlagWorkload:
-    mix = parse_mix(args.mix)
-    unknown = [t for t in mix if t not in routes]
-    if unknown:
-        raise WorkloadError(
-            f"--mix: tier {unknown[0]!r} has no route; add --tier {unknown[0]}=MODEL[@PATH] "
-            f"(known: {', '.join(routes)})"
-        )
-    return FlagWorkload(
-        mix, LengthDist(args.prompt_dist, args.prompt_tokens),
-        LengthDist(args.output_dist, args.output_tokens), args.tools_share, args.seed,
-    )
-
-
-def _bench(args: argparse.Namespace) -> int:
+def build_plan(args: argparse.Namespace) -> BenchPlan:
+    """Flags -> plan, checked in the order the flags are documented."""
     routes = parse_routes(args.tier, args.model)
     replay = bool(args.trace) and args.rate is None and args.concurrency is None
     requests = args.requests
@@ -163,104 +144,56 @@ def _bench(args: argparse.Namespace) -> int:
         url=args.url, routes=routes, rate=args.rate, concurrency=args.concurrency,
         arrivals=args.arrivals, requests=requests, duration=args.duration, warmup=args.warmup,
         cooldown=args.cooldown, transport=args.transport, timeout=args.timeout,
-        headers=_headers(args), ignore_eos=not args.no_ignore_eos,
+        headers=parse_headers(args.header, args.api_key), ignore_eos=not args.no_ignore_eos,
         strict_stream=args.strict_stream, seed=args.seed, progress=not args.no_progress,
         replay_offsets=replay,
     )
     cfg.validate()
-    prices = _prices(args)
-    params: dict[str, Any] = {**cfg.params(), "slo_ttft_s": args.slo_ttft,
-                              "slo_tpot_s": args.slo_tpot, "price_table": args.price_table}
+    prices = _prices(args.price_table)
     if args.workers < 1:
-        raise BenchUsageError(f"--workers: must be >= 1, got {args.workers}")
-    params["workers"] = args.workers
-    wl: FlagWorkload | None = None
-    source: Any
+        raise UsageError(f"--workers: must be >= 1, got {args.workers}")
+    common: dict[str, Any] = dict(
+        load=cfg, workers=args.workers, slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot,
+        prices=prices, price_table=args.price_table, compare_sim=args.compare_sim,
+        sim_config=args.sim_config,
+    )
     if args.trace:
         if args.scenario or args.compare_sim:
-            raise BenchUsageError("--trace: cannot be combined with --scenario or --compare-sim")
-        trace: list[RequestSpec] = read_trace(args.trace, routes, need_offset=replay, seed=args.seed)
-        source = trace
-        params["workload"] = {"trace": args.trace, "requests_in_trace": len(trace)}
-    else:
-        wl = _flag_workload(args, routes)
-        source = wl
-        params["workload"] = {
-            "mix": wl.mix, "prompt_tokens": vars(wl.prompt), "output_tokens": vars(wl.output),
-            "tools_share": wl.tools_share,
-        }
-    if args.scenario == "fast-share":
-        assert wl is not None
-        return _fast_share(args, cfg, wl, prices, params)
-
-    from .workers import execute
-
-    rr = execute(cfg, source, args.workers)
-    summary = summarise(
-        rr.results, warmup=cfg.warmup, cooldown=cfg.cooldown, send_end=rr.send_end,
-        slo_ttft=args.slo_ttft, slo_tpot=args.slo_tpot, prices=prices,
+            raise UsageError("--trace: cannot be combined with --scenario or --compare-sim")
+        trace = read_trace(args.trace, routes, need_offset=replay, seed=args.seed)
+        return BenchPlan(trace=trace, trace_path=args.trace, **common)
+    wl = flag_workload(
+        args.mix, routes, LengthDist(args.prompt_dist, args.prompt_tokens),
+        LengthDist(args.output_dist, args.output_tokens), args.tools_share, args.seed,
     )
-    compare_doc, rows = None, None
-    if args.compare_sim:
-        assert wl is not None
-        compare_doc = _compare(args, cfg, wl, summary)
-        rows = compare_doc["rows"]
-    doc = document(summary, params, rr.generator(), compare_doc)
-    print_report(doc, compare_rows=rows)
+    return BenchPlan(workload=wl, **common)
+
+
+def _bench(args: argparse.Namespace, plan: BenchPlan) -> int:
+    outcome = run_bench(plan)
+    rows = outcome.comparison.rows if outcome.comparison is not None else None
+    term = console()
+    for part in report_renderables(outcome.doc, rows):
+        term.print(part)
     if args.json:
-        write_json(args.json, doc)
+        write_json(args.json, outcome.doc)
         print(f"JSON report: {args.json}")
     if args.plots:
-        from .plots import write_plots
-
-        paths = write_plots(rr.results, args.plots, _title(params))
+        paths = outcome.write_plots(args.plots)
         print(f"plots: {', '.join(str(p) for p in paths)}")
     return 0
 
 
-def _compare(args: argparse.Namespace, cfg: LoadConfig, wl: FlagWorkload,
-             summary: dict[str, Any]) -> dict[str, Any]:
-    from .simcompare import compare, run_simulate, simulate_args
-
-    sim_args = simulate_args(wl, cfg.rate, cfg.concurrency, cfg.duration, cfg.requests,
-                             cfg.arrivals, args.sim_config)
-    sim = run_simulate(sim_args)
-    return {"simulate_args": sim_args, "rows": compare(summary, sim), "simulated": sim}
-
-
-def _title(params: dict[str, Any], with_mix: bool = True) -> str:
-    load = (f"{params['rate']:g} req/s {params['arrivals']}" if params["rate"]
-            else f"{params['concurrency']} users" if params["concurrency"] else "trace replay")
-    wl = params["workload"]
-    if "mix" in wl:
-        mix = ", ".join(f"{k} {100 * v:.0f}%" for k, v in wl["mix"].items()) + "; "
-        what = f"{mix if with_mix else ''}prompt {wl['prompt_tokens']['mean']}, output {wl['output_tokens']['mean']} tok"
-    else:
-        what = f"trace {wl['trace']}"
-    return f"{load}; {what}"
-
-
-def _fast_share(args: argparse.Namespace, cfg: LoadConfig, wl: FlagWorkload,
-                prices: dict[str, Price] | None, params: dict[str, Any]) -> int:
-    from .report import json_safe
-    from .scenarios import print_sweep, run_fast_share
-
+def _sweep(args: argparse.Namespace, plan: BenchPlan) -> int:
     try:
         shares = parse_shares(args.shares)
     except ValueError as exc:
-        raise BenchUsageError(str(exc)) from None
-    rows, points = run_fast_share(cfg, wl, shares, slo_ttft=args.slo_ttft,
-                                  slo_tpot=args.slo_tpot, prices=prices, workers=args.workers)
-    print_sweep(rows)
+        raise UsageError(str(exc)) from None
+    outcome = run_sweep(plan, shares)
+    console().print(sweep_table(outcome.rows))
     if args.json:
-        doc = {"fastmode_bench": 1, "scenario": "fast-share", "params": params, "rows": rows,
-               "points": points}
-        write_json(args.json, json_safe(doc))
+        write_json(args.json, outcome.doc)
         print(f"JSON report: {args.json}")
     if args.plots:
-        from .plots import plot_fast_share
-
-        path = plot_fast_share(rows, f"{args.plots}/fast_share.png",
-                               f"Fast-share sweep at {_title(params, with_mix=False)}")
-        print(f"plot: {path}")
+        print(f"plot: {outcome.write_plot(args.plots)}")
     return 0

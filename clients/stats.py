@@ -1,4 +1,4 @@
-"""Metric arithmetic over recorded requests: pure functions, no clock, no I/O.
+"""Bench statistics over recorded requests: pure functions, no clock, no I/O.
 
 Definitions (all times in seconds):
 

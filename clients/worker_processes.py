@@ -1,4 +1,5 @@
-"""``--workers N``: split one load over N processes when one core cannot drive it.
+"""``--workers N``: split one load over N processes when one core cannot drive it; ``execute``
+runs a load in this process or over N.
 
 httpx spends ~14 µs of CPU per HTTP chunk and ~1 ms per request (see docs/bench.md), so one
 process tops out near 60-70k one-token chunks/s or ~800-1,000 requests/s. Each worker runs its own
@@ -26,11 +27,15 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from .loadgen import Live, LoadConfig, LoadError, LoadGenerator, Progress, RunResult
+from .load_config import LoadConfig, LoadError
+from .loadgen import LoadGenerator, new_event_loop_factory, run_sync
+from .progress import Progress
+from .records import LIVE_FIELDS as FIELDS
+from .records import Live, RunResult
 from .workload import FlagWorkload, RequestSpec, Sampler
 
-FIELDS = ("sent", "done", "errors", "tokens", "inflight")
 STARTUP_TIMEOUT_S = 60.0
+PUBLISH_S = 0.2  # how often a worker publishes its live counters
 
 
 def _split(total: int, parts: int) -> list[int]:
@@ -94,7 +99,7 @@ def _worker(
             while True:
                 for i, name in enumerate(FIELDS):
                     counters[k * len(FIELDS) + i] = getattr(live, name)
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(PUBLISH_S)
 
         task = asyncio.ensure_future(publish())
         try:
@@ -103,13 +108,7 @@ def _worker(
             task.cancel()
 
     try:
-        try:
-            import uvloop
-
-            factory: Any = uvloop.new_event_loop
-        except ImportError:  # pragma: no cover
-            factory = None
-        with asyncio.Runner(loop_factory=factory) as runner:
+        with asyncio.Runner(loop_factory=new_event_loop_factory()) as runner:
             rr = runner.run(main())
         results.put((k, "ok", rr, rr.started_at))
     except BaseException as exc:  # report, never hang the parent
@@ -220,8 +219,6 @@ def execute(
 ) -> RunResult:
     """Run a load in this process, or over ``workers`` processes."""
     if workers <= 1:
-        from .loadgen import run_sync
-
         specs = Sampler(source) if isinstance(source, FlagWorkload) else source
         return run_sync(cfg, specs, label)
     return run_workers_sync(cfg, source, workers, label)

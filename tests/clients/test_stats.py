@@ -6,7 +6,9 @@ from array import array
 
 import pytest
 
-from clients.metrics import (
+from clients.records import RequestResult, ToolCallRecord
+from clients.schema_check import check_tool_call, check_value, tool_schema
+from clients.stats import (
     Price,
     chunk_itls,
     group_summary,
@@ -22,8 +24,6 @@ from clients.metrics import (
     tpot,
     user_tokens_per_s,
 )
-from clients.records import RequestResult, ToolCallRecord
-from clients.schema_check import check_tool_call, check_value, tool_schema
 from clients.workload import BENCH_TOOLS
 
 

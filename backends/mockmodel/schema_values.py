@@ -1,30 +1,27 @@
-"""Tool-call arguments for the mock model: generate JSON that fits a schema, and check it.
+"""Tool-call arguments for the mock model: JSON values generated to fit a JSON schema.
 
 The mock model has to emit tool calls an agent can actually execute, so arguments are generated
-*from* the tool's JSON schema rather than invented. The same module holds a small checker, used by
-the tests and by the gateway to tell a well-formed call from a botched one.
+*from* the tool's JSON schema rather than invented; ``schema_check`` validates them with the
+``jsonschema`` library, so a generated value is held to the standard, not to this module's idea
+of it.
 
-Supported keywords (both directions): ``type`` (also as a list), ``properties``, ``required``,
-``additionalProperties`` (false, or a schema), ``enum``, ``const``, ``anyOf`` / ``oneOf`` (the
-generator takes the first branch; the checker accepts a value matching any branch), ``allOf``,
-local ``$ref`` (``#/$defs/...``, ``#/definitions/...``), ``minimum`` / ``maximum`` /
-``exclusiveMinimum`` / ``exclusiveMaximum``, ``minLength`` / ``maxLength``, ``items``,
-``minItems`` / ``maxItems``, ``uniqueItems``. String ``format`` is honoured by the generator for
-``date``, ``date-time``, ``time``, ``email``, ``uri``/``url`` and ``uuid`` but not checked;
-``pattern`` and ``multipleOf`` are ignored. This is not a conformant validator: it exists to catch
-the mistakes a weak model makes, not every way a document can break a schema.
+Honoured keywords: ``type`` (also as a list), ``properties``, ``required``, ``enum``,
+``const``, ``anyOf`` / ``oneOf`` (the first branch), ``allOf``, local ``$ref``
+(``#/$defs/...``, ``#/definitions/...``), ``minimum`` / ``maximum`` / ``exclusiveMinimum`` /
+``exclusiveMaximum``, ``minLength`` / ``maxLength``, ``items``, ``minItems`` / ``maxItems``,
+``uniqueItems``, and string ``format`` for ``date``, ``date-time``, ``time``, ``email``,
+``uri``/``url`` and ``uuid``. ``pattern`` and ``multipleOf`` are not generated for.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["generate_value", "validate_arguments", "validate_value"]
+__all__ = ["generate_value", "resolve_local"]
 
 _MAX_DEPTH = 6  # deeper (or recursive) schemas get minimal values instead of unbounded recursion
 
@@ -82,7 +79,7 @@ class _Generator:
         self.phrase = _key_phrase(context)
 
     def value(self, schema: Any, key: str, depth: int) -> Any:
-        schema = _resolve(self.root, schema)
+        schema = resolve_local(self.root, schema)
         if not isinstance(schema, Mapping):
             return self.string({}, key)  # ``true`` / garbage: any JSON will do
         if "const" in schema:
@@ -143,10 +140,11 @@ class _Generator:
         lo, hi = _bounds(schema, integer=True)
         if lo is None and hi is None:
             lo, hi = _default_int_range(key)
-        elif lo is None:
+        elif lo is None and hi is not None:
             lo = 1 if hi >= 1 else hi - 100
-        elif hi is None:
+        elif hi is None and lo is not None:
             hi = lo + 100
+        assert lo is not None and hi is not None
         return self.rng.randint(int(lo), int(max(lo, hi)))  # lo > hi: unsatisfiable, give lo
 
     def number(self, schema: Mapping[str, Any]) -> float:
@@ -273,7 +271,7 @@ def _merge_all_of(root: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[st
     """Shallow merge of allOf parts; properties and required lists are unioned."""
     merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
     for part in schema.get("allOf") or ():
-        part = _resolve(root, part)
+        part = resolve_local(root, part)
         if not isinstance(part, Mapping):
             continue
         for k, v in part.items():
@@ -286,7 +284,7 @@ def _merge_all_of(root: Mapping[str, Any], schema: Mapping[str, Any]) -> dict[st
     return merged
 
 
-def _resolve(root: Mapping[str, Any], schema: Any) -> Any:
+def resolve_local(root: Mapping[str, Any], schema: Any) -> Any:
     """Follow local ``$ref`` pointers (a few hops at most, to survive cycles)."""
     for _ in range(8):
         if not (isinstance(schema, Mapping) and isinstance(schema.get("$ref"), str)):
@@ -297,151 +295,6 @@ def _resolve(root: Mapping[str, Any], schema: Any) -> Any:
             target = target.get(part) if isinstance(target, Mapping) and part else target
         schema = target if isinstance(target, Mapping) else {}
     return {}
-
-
-# --------------------------------------------------------------------------- checking
-
-
-def validate_arguments(
-    schema: Mapping[str, Any], arguments: str, *, strict: bool = False
-) -> list[str]:
-    """Problems with a tool call's raw ``arguments`` text against ``schema`` ([] = valid).
-
-    With ``strict`` a property the schema does not declare is reported even when the schema does
-    not say ``additionalProperties: false`` (OpenAI's strict mode requires it anyway): that is how
-    an invented argument is caught on a permissive schema.
-    """
-    try:
-        value = json.loads(arguments)
-    except (ValueError, TypeError) as exc:
-        return [f"arguments are not valid JSON: {exc}"]
-    if not isinstance(value, dict):
-        return [f"arguments must be a JSON object, got {_json_type(value)}"]
-    return validate_value(schema, value, strict=strict)
-
-
-def validate_value(schema: Mapping[str, Any], value: Any, *, strict: bool = False) -> list[str]:
-    """Problems with an already-parsed ``value`` against ``schema`` ([] = valid)."""
-    problems: list[str] = []
-    _Checker(schema, strict, problems).check(schema, value, "$")
-    return problems
-
-
-class _Checker:
-    """Collects problems as ``'<json path>: <what is wrong>'`` strings."""
-
-    def __init__(self, root: Mapping[str, Any], strict: bool, problems: list[str]) -> None:
-        self.root = root
-        self.strict = strict
-        self.problems = problems
-
-    def check(self, schema: Any, value: Any, path: str) -> None:
-        schema = _resolve(self.root, schema)
-        if not isinstance(schema, Mapping):
-            return
-        if "const" in schema and value != schema["const"]:
-            self.problems.append(f"{path}: must be {schema['const']!r}")
-        if "enum" in schema and value not in list(schema["enum"]):
-            self.problems.append(f"{path}: {value!r} is not one of {list(schema['enum'])!r}")
-        for branch_key in ("anyOf", "oneOf"):
-            if schema.get(branch_key) and not self.any_branch(schema[branch_key], value, path):
-                self.problems.append(f"{path}: matches none of the {branch_key} branches")
-        for part in schema.get("allOf") or ():
-            self.check(part, value, path)
-        if not self.type_ok(schema, value, path):
-            return
-        if isinstance(value, dict):
-            self.check_object(schema, value, path)
-        elif isinstance(value, list):
-            self.check_array(schema, value, path)
-        elif isinstance(value, str):
-            self.check_string(schema, value, path)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            if not _number_ok(schema, value):
-                self.problems.append(f"{path}: {value!r} is out of range")
-
-    def any_branch(self, branches: Sequence[Any], value: Any, path: str) -> bool:
-        for branch in branches:
-            trial: list[str] = []
-            _Checker(self.root, self.strict, trial).check(branch, value, path)
-            if not trial:
-                return True
-        return False
-
-    def type_ok(self, schema: Mapping[str, Any], value: Any, path: str) -> bool:
-        kind = schema.get("type")
-        if kind is None:
-            return True
-        kinds = kind if isinstance(kind, list) else [kind]
-        if any(_is_type(value, k) for k in kinds):
-            return True
-        self.problems.append(f"{path}: expected {'/'.join(kinds)}, got {_json_type(value)}")
-        return False
-
-    def check_object(self, schema: Mapping[str, Any], value: dict[str, Any], path: str) -> None:
-        props: Mapping[str, Any] = schema.get("properties") or {}
-        for name in schema.get("required") or ():
-            if name not in value:
-                self.problems.append(f"{path}: missing required property {name!r}")
-        extra = schema.get("additionalProperties")
-        if extra is None:
-            extra = not self.strict
-        for name, item in value.items():
-            sub_path = f"{path}.{name}"
-            if name in props:
-                self.check(props[name], item, sub_path)
-            elif extra is False:
-                self.problems.append(f"{path}: unexpected property {name!r}")
-            elif isinstance(extra, Mapping):
-                self.check(extra, item, sub_path)
-
-    def check_array(self, schema: Mapping[str, Any], value: list[Any], path: str) -> None:
-        if len(value) < int(schema.get("minItems", 0)):
-            self.problems.append(f"{path}: fewer than {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > int(schema["maxItems"]):
-            self.problems.append(f"{path}: more than {schema['maxItems']} items")
-        if schema.get("uniqueItems") and len({json.dumps(v, sort_keys=True) for v in value}) < len(
-            value
-        ):
-            self.problems.append(f"{path}: items are not unique")
-        items = schema.get("items")
-        if isinstance(items, Mapping):
-            for i, item in enumerate(value):
-                self.check(items, item, f"{path}[{i}]")
-
-    def check_string(self, schema: Mapping[str, Any], value: str, path: str) -> None:
-        if len(value) < int(schema.get("minLength", 0)):
-            self.problems.append(f"{path}: shorter than {schema['minLength']} characters")
-        if "maxLength" in schema and len(value) > int(schema["maxLength"]):
-            self.problems.append(f"{path}: longer than {schema['maxLength']} characters")
-
-
-def _is_type(value: Any, kind: str) -> bool:
-    if kind == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return _json_type(value) == kind
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
 
 
 def _number_ok(schema: Mapping[str, Any], value: float) -> bool:

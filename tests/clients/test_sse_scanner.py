@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from clients.sse import StreamParser
+from clients.sse_scanner import StreamParser
 
 HEAD = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 

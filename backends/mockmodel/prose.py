@@ -1,0 +1,201 @@
+"""The text writer: endless plausible prose about serving systems, cut to a length.
+
+A reply's length is drawn first (lognormal, like a model that says what it has to say), then
+whole chunks of prose are written until the length is reached; the chunks never depend on the
+length, so a capped reply is a prefix of the uncapped one.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..tokenizer import count_tokens
+from .pieces import finish_text
+from .request import Generation, GenerationRequest
+from .streams import Streams
+from .wordbank import (
+    ADJECTIVES,
+    ADVERBIALS,
+    CODE_BLOCKS,
+    FUNC_NAMES,
+    GREETINGS,
+    LIST_INTROS,
+    OBJECTS,
+    OPENERS,
+    REASONS,
+    SUBJECTS,
+    TOPICS,
+    VAR_NAMES,
+    VERBS,
+)
+
+NATURAL_MEDIAN_TOKENS = 200  # median length of an unconstrained reply
+NATURAL_SIGMA = 0.6  # lognormal spread: ~90% of replies between ~75 and ~540 tokens
+NATURAL_MIN_TOKENS = 20
+NATURAL_MAX_TOKENS = 1500
+
+
+def text_reply(req: GenerationRequest, streams: Streams, opener: str | None) -> Generation:
+    cap = req.max_tokens
+    if req.ignore_eos and cap is not None:  # one token past the cap, so the cut says "length"
+        text = write_at_least(streams("text"), cap + 1, opener)
+    else:
+        natural = natural_length(streams("length"))
+        budget = natural if cap is None else min(natural, cap + 1)
+        text = write_at_least(streams("text"), budget, opener)
+    return finish_text(text, cap, req.stop)
+
+
+def natural_length(rng: random.Random) -> int:
+    """How long the model 'wants' to talk: lognormal around the median, clipped."""
+    n = round(rng.lognormvariate(math.log(NATURAL_MEDIAN_TOKENS), NATURAL_SIGMA))
+    return max(NATURAL_MIN_TOKENS, min(NATURAL_MAX_TOKENS, n))
+
+
+def write_at_least(rng: random.Random, tokens: int, opener: str | None) -> str:
+    """Whole chunks of prose until at least ``tokens`` tokens, ending at a chunk boundary.
+
+    Chunk choice never depends on ``tokens``, so a shorter budget yields a prefix of a longer one.
+    Chunks start with whitespace and end without it, so their token counts simply add up.
+    """
+    parts: list[str] = []
+    total = 0
+    for chunk in Writer(rng, opener).chunks():
+        if total >= tokens:
+            break
+        parts.append(chunk)
+        total += count_tokens(chunk)
+    return "".join(parts)
+
+
+def tool_result_opener(messages: Sequence[Mapping[str, Any]]) -> str:
+    """First sentence after a tool result, naming the tool, so agent transcripts read well."""
+    call_id = messages[-1].get("tool_call_id")
+    name = next(
+        (
+            (call.get("function") or {}).get("name")
+            for message in reversed(messages)
+            for call in message.get("tool_calls") or ()
+            if call.get("id") == call_id
+        ),
+        None,
+    )
+    if name:
+        return f"Based on the result of {name}, here is what I found."
+    return "Based on the tool output, here is what I found."
+
+
+def _third_person(verb: str) -> str:
+    """'batch' -> 'batches', 'retry' -> 'retries', 'account for' -> 'accounts for'."""
+    head, _, tail = verb.partition(" ")
+    if head.endswith(("s", "sh", "ch", "x", "z")):
+        head += "es"
+    elif head.endswith("y") and head[-2:-1] not in "aeiou":
+        head = head[:-1] + "ies"
+    else:
+        head += "s"
+    return f"{head} {tail}" if tail else head
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+class Writer:
+    """Endless plausible prose about serving systems, as whitespace-led chunks.
+
+    Output is paragraphs of templated sentences with the occasional list, heading or short code
+    block, so streamed replies look like a model's and are not one word repeated.
+    """
+
+    def __init__(self, rng: random.Random, opener: str | None) -> None:
+        self.rng = rng
+        self.opener = opener
+
+    def chunks(self) -> Iterator[str]:
+        rng = self.rng
+        first = self.opener or (rng.choice(GREETINGS) if rng.random() < 0.4 else None)
+        if first is not None:
+            yield first
+        sep = " " if first is not None else ""
+        while True:
+            roll = rng.random()
+            if roll < 0.08:
+                yield "\n\n" + self.code_block()
+            elif roll < 0.18:
+                yield from self.bullet_list()
+            else:
+                yield from self.paragraph(sep)
+            sep = "\n\n"
+
+    def paragraph(self, sep: str) -> Iterator[str]:
+        if sep and self.rng.random() < 0.1:
+            yield f"{sep}### {_cap(self.rng.choice(TOPICS))}"
+        for i in range(self.rng.randint(2, 5)):
+            yield (sep if i == 0 else " ") + self.sentence()
+
+    def bullet_list(self) -> Iterator[str]:
+        rng = self.rng
+        yield "\n\n" + rng.choice(LIST_INTROS)
+        numbered = rng.random() < 0.5
+        for i in range(rng.randint(3, 5)):
+            marker = f"{i + 1}." if numbered else "-"
+            yield ("\n\n" if i == 0 else "\n") + f"{marker} {self.short_clause()}"
+
+    def code_block(self) -> str:
+        rng = self.rng
+        template = rng.choice(CODE_BLOCKS)
+        return template.format(
+            fn=rng.choice(FUNC_NAMES),
+            var=rng.choice(VAR_NAMES),
+            n=rng.choice((8, 16, 32, 64, 128, 256, 512, 1024)),
+            m=rng.randint(2, 99),
+        )
+
+    def short_clause(self) -> str:
+        c = self.rng.choice
+        return f"{_cap(c(SUBJECTS))} {_third_person(c(VERBS))} {c(OBJECTS)}."
+
+    def sentence(self) -> str:
+        """One sentence from a dozen templates; subjects are singular, so verbs agree."""
+        rng, c = self.rng, self.rng.choice
+        s, s2 = c(SUBJECTS), c(SUBJECTS)
+        v, v2 = c(VERBS), c(VERBS)
+        o, o2 = c(OBJECTS), c(OBJECTS)
+        kind = rng.randrange(13)
+        if kind == 0:
+            return f"{c(OPENERS)} {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
+        if kind == 1:
+            return f"{_cap(s)} {_third_person(v)} {o}, {c(REASONS)}."
+        if kind == 2:
+            return f"When {s} is {c(ADJECTIVES)}, {s2} {_third_person(v)} {o}."
+        if kind == 3:
+            return f"{_cap(c(TOPICS))} matters here: {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
+        if kind == 4:
+            return f"Why does {s} {v} {o} {c(ADVERBIALS)}? Mostly for {c(TOPICS)}."
+        if kind == 5:
+            n, pct = rng.choice((45, 65, 170, 450, 1200, 1800)), rng.randint(20, 95)
+            return f"{_cap(s)} {_third_person(v)} about {n} tokens per second ({pct}% of peak)."
+        if kind == 6:
+            n = rng.choice((4, 8, 16, 32, 64, 128))
+            return (
+                f"With a batch of {n}, {s} {_third_person(v)} {o}; "
+                f"{s2} {_third_person(v2)} {o2} {c(ADVERBIALS)}."
+            )
+        if kind == 7:
+            return f"{_cap(s)} does not {v} {o} {c(ADVERBIALS)}."
+        if kind == 8:
+            a, b = rng.sample(ADJECTIVES, 2)
+            t1, t2 = rng.sample(TOPICS, 2)
+            return f"The trade-off is simple: {a} {t1} versus {b} {t2}."
+        if kind == 9:
+            return f"If {s} {_third_person(v)} {o}, {s2} can {v2} {o2} {c(ADVERBIALS)}."
+        if kind == 10:
+            ms = rng.choice((2, 5, 12, 20, 35, 80))
+            return f"Roughly {ms} ms per step is typical for {s} {c(ADVERBIALS)}."
+        if kind == 11:
+            return f'{_cap(s)} — the "{c(TOPICS)}" part — {_third_person(v)} {o}.'
+        return f"{_cap(s)} {_third_person(v)} {o} {c(ADVERBIALS)}."

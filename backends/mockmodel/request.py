@@ -1,0 +1,121 @@
+"""The mock model's inputs and outputs: requests, tool specs, quality profiles, generations.
+
+Plain frozen dataclasses with no behaviour beyond reading the wire shapes, so that the gateway's
+front ends (Chat, Responses, Messages), the config and the generator share one vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+BOTCH_KINDS = ("malformed_json", "unknown_tool", "missing_required", "invented_argument")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call; ``parameters`` is its JSON schema (an object schema)."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, tool: Mapping[str, Any]) -> ToolSpec:
+        """Accept the Chat (``{"type":"function","function":{...}}``), Responses (flat) and
+        Anthropic (``input_schema``) shapes, so every front end can build the same spec."""
+        inner = tool.get("function")
+        fn: Mapping[str, Any] = inner if isinstance(inner, Mapping) else tool
+        params = fn.get("parameters", fn.get("input_schema")) or {}
+        return cls(str(fn.get("name", "")), str(fn.get("description") or ""), params)
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptRule:
+    """A scripted reply from the config, so users can drive their agents through known paths."""
+
+    match: str  # Python regex searched in the last user message text
+    reply: str | None = None  # fixed text reply, or
+    tool_name: str | None = None  # a fixed tool call
+    tool_arguments: Mapping[str, Any] | None = None
+
+
+def _default_error_kinds() -> dict[str, float]:
+    return dict.fromkeys(BOTCH_KINDS, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class QualityProfile:
+    """How reliable the simulated model is at tool calling (frontier: 0, a small distil: ~0.05)."""
+
+    tool_error_rate: float = 0.0  # probability that a tool call is botched
+    error_kinds: Mapping[str, float] = field(default_factory=_default_error_kinds)  # weights
+
+
+DEFAULT_QUALITY = QualityProfile()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """The parts of a chat request that shape the reply (wire format already normalised)."""
+
+    messages: Sequence[Mapping[str, Any]]
+    max_tokens: int | None = None  # cap on output tokens
+    stop: Sequence[str] = ()
+    seed: int | None = None
+    temperature: float = 1.0
+    tools: Sequence[ToolSpec] = ()
+    tool_choice: str = "auto"  # "none" | "auto" | "required" | a tool name (forced)
+    ignore_eos: bool = False  # produce exactly max_tokens tokens of text (benchmarks)
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One output token: message content (tool == -1) or a fragment of tool call k's arguments."""
+
+    text: str
+    tool: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call; ``arguments`` is the raw JSON text (malformed if botched that way)."""
+
+    id: str
+    name: str
+    arguments: str
+    botched: str | None = None  # which BOTCH_KINDS mistake was made, None if none
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The whole reply, token by token; the server paces ``pieces`` out over time."""
+
+    pieces: tuple[Piece, ...]
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    stop_sequence: str | None = None  # the stop string that ended the text, if one did
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.pieces)
+
+
+def message_text(message: Mapping[str, Any] | None) -> str:
+    """The plain text of a message: a string content, or its text parts joined by newlines."""
+    if message is None:
+        return ""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    texts = [
+        str(part.get("text") or "")
+        for part in content
+        if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+    ]
+    return "\n".join(texts)

@@ -1,0 +1,31 @@
+"""Scripted replies: a regex on the last user message gives a fixed text or tool call.
+
+Configured in ``[[scripts]]``, so users can drive their agents down a known path; the first
+matching rule wins, and it wins over tools and free text (but only right after a user turn).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .pieces import finish_text, finish_tool_call
+from .request import Generation, GenerationRequest, ScriptRule, ToolCall
+from .streams import Streams
+from .toolcalls import call_id, dumps
+
+
+def match_script(scripts: Sequence[ScriptRule], user_text: str) -> ScriptRule | None:
+    """The first rule whose regex is found in the last user message."""
+    for rule in scripts:
+        if re.search(rule.match, user_text):
+            return rule
+    return None
+
+
+def scripted(rule: ScriptRule, req: GenerationRequest, streams: Streams) -> Generation:
+    if rule.tool_name is not None:
+        arguments = dumps(dict(rule.tool_arguments or {}))
+        call = ToolCall(call_id(streams("call_id")), rule.tool_name, arguments)
+        return finish_tool_call(call, req.max_tokens)
+    return finish_text(rule.reply or "", req.max_tokens, req.stop)

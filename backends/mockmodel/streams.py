@@ -1,0 +1,47 @@
+"""The mock model's randomness: one seed per request, one independent stream per decision.
+
+The random stream is seeded from a BLAKE2 hash of the seed, the model, the messages, the tools
+and the tool choice (never Python's salted ``hash()``). An unseeded request with
+``temperature > 0`` also mixes in fresh OS randomness, so repeated requests differ like a sampled
+model's would; with a seed or ``temperature == 0`` the reply is fully reproducible.
+``max_tokens``, ``stop`` and ``ignore_eos`` are deliberately left out of the hash: as with greedy
+decoding on a real model, a capped reply is a prefix of the uncapped one.
+
+Independent decisions (length, text, tool choice, arguments, botching) draw from separate
+streams derived from the same hash, so changing one knob does not reshuffle the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+
+from .request import GenerationRequest
+
+
+def request_digest(req: GenerationRequest) -> bytes:
+    """Stable hash of what determines the reply; fresh entropy only for unseeded sampling."""
+    material = {
+        "seed": req.seed,
+        "model": req.model,
+        "messages": list(req.messages),
+        "tools": [[t.name, t.description, t.parameters] for t in req.tools],
+        "tool_choice": req.tool_choice,
+    }
+    blob = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str).encode()
+    h = hashlib.blake2b(blob, digest_size=32)
+    if req.seed is None and req.temperature > 0:
+        h.update(os.urandom(16))
+    return h.digest()
+
+
+class Streams:
+    """Independent ``random.Random`` streams, one per decision, derived from one digest."""
+
+    def __init__(self, digest: bytes) -> None:
+        self.digest = digest
+
+    def __call__(self, purpose: str) -> random.Random:
+        return random.Random(self.digest + b"|" + purpose.encode())

@@ -1,0 +1,130 @@
+"""``fastmode predict``: the physics from a terminal, for a placement or a tier of the config."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from backends.predict import PredictError, predict_placement, predict_tier
+from backends.profiles import Catalog
+
+from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="steady-state speed of a model on hardware, or of a tier of the config",
+        description=(
+            "Predict TTFT, inter-token latency and tokens/s. Either a placement (--model "
+            "--hardware --chips [--precision] --batch) or a tier of the config (--tier)."
+        ),
+    )
+    p.add_argument("--model", help="model profile (backends/data/models.toml or the config)")
+    p.add_argument("--hardware", help="hardware profile (backends/data/hardware.toml)")
+    p.add_argument("--chips", type=int, help="chips in one replica")
+    p.add_argument("--precision", default="bf16", help="weight precision (default bf16)")
+    p.add_argument("--batch", type=int, default=1, help="sequences decoding together")
+    p.add_argument("--tier", help="a tier of the config, under its background load")
+    p.add_argument("--config", help="config file (default: the built-in one)")
+    p.add_argument("--prompt-tokens", type=int, default=2000)
+    p.add_argument("--output-tokens", type=int, default=500)
+    p.add_argument(
+        "--max-batched-tokens", type=int, default=8192, help="per-step token budget (placement)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    try:
+        if args.tier is not None:
+            out = _predict_tier(args)
+        else:
+            out = _predict_placement(args)
+    except PredictError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print_json(out)
+    else:
+        print_prediction(out)
+    return 0
+
+
+def _predict_tier(args: argparse.Namespace) -> dict[str, Any]:
+    stray = [f"--{n}" for n in ("model", "hardware", "chips") if getattr(args, n)]
+    if stray:
+        raise UsageError(f"tier: --tier cannot be combined with {', '.join(stray)}")
+    spec, ref = load_engine(args.config)
+    if args.tier not in spec.tiers:
+        raise UsageError(f"tier: unknown {args.tier!r}; allowed: {', '.join(sorted(spec.tiers))}")
+    return predict_tier(spec, args.tier, args.prompt_tokens, args.output_tokens, ref)
+
+
+def _predict_placement(args: argparse.Namespace) -> dict[str, Any]:
+    missing = [f"--{n}" for n in ("model", "hardware", "chips") if getattr(args, n) is None]
+    if missing:
+        raise UsageError(
+            f"{missing[0].lstrip('-')}: required without --tier "
+            f"(give --model, --hardware and --chips, or --tier)"
+        )
+    catalog = Catalog.builtin()
+    if args.config is not None:
+        from gateway.config import load_config
+
+        cfg = load_config(args.config)
+        catalog = catalog.extend(cfg.hardware, cfg.models)
+    return predict_placement(
+        catalog,
+        args.model,
+        args.hardware,
+        args.chips,
+        args.precision,
+        args.batch,
+        args.prompt_tokens,
+        args.output_tokens,
+        args.max_batched_tokens,
+    )
+
+
+def print_prediction(o: dict[str, Any]) -> None:
+    """The human-readable form of a ``predict_tier`` / ``predict_placement`` result."""
+    con = console()
+    if o["mode"] == "tier":
+        title = (
+            f"tier {o['tier']}: {o['model']} on {o['chips']} x {o['hardware']} "
+            f"({o['precision']}), batch {o['batch']} of {o['max_batch']} "
+            f"({o['background_seqs']} background)"
+        )
+    else:
+        title = (
+            f"{o['model']} on {o['chips']} x {o['hardware']} ({o['precision']}), "
+            f"batch {o['batch']}"
+        )
+    con.print(title)
+    t = table(["", "value"])
+    t.add_row("request", f"{o['prompt_tokens']} in / {o['output_tokens']} out")
+    t.add_row("time to first token", fmt_s(o["ttft_s"]))
+    t.add_row("inter-token latency", fmt_s(o["itl_s"]))
+    t.add_row("end to end", fmt_s(o["e2e_s"]))
+    t.add_row("output tok/s per user", fmt_n(o["output_tokens_per_s_per_user"]))
+    t.add_row("output tok/s total", fmt_n(o["output_tokens_per_s_total"]))
+    t.add_row("bound", o["bound"])
+    t.add_row("weights", f"{o['weights_gb']:.1f} GB of {o['usable_memory_gb']:.1f} GB usable")
+    t.add_row("KV capacity", f"{o['kv_capacity_tokens']:,} tokens")
+    if o["mode"] == "tier":
+        pr = o["prices_usd_per_million_tokens"]
+        t.add_row(
+            "price $/M tokens",
+            f"{pr['input']:.2f} in / {pr['cached_input']:.2f} cached / {pr['output']:.2f} out",
+        )
+        how = "derived" if o["price_derived"] else "configured"
+        t.add_row(f"price factor ({how})", f"{o['price_factor']:.2f}x {o['reference_tier']}")
+        t.add_row("hardware cost factor", f"{o['hardware_cost_factor']:.2f}x")
+    t.add_row("hardware $/M output tokens", f"{o['hardware_usd_per_million_output_tokens']:.2f}")
+    con.print(t)
+    con.print("\nstep breakdown (one decode step of the batch above)")
+    b = table(["term", "time"])
+    for k, v in o["step_breakdown_s"].items():
+        b.add_row(k.removesuffix("_s"), fmt_s(v))
+    con.print(b)
