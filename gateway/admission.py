@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from backends.drivers import Overloaded, RealtimeDeployment, TokenStream, TooLarge
 from backends.engine import EngineSpec, Tier, build
 from backends.scheduler import Scheduler
-from backends.textgen import Generation, GenerationRequest, generate
+from backends.mockmodel import Generation, GenerationRequest, generate
 
 from . import overflow
 from .auth import Authenticator
