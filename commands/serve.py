@@ -1,23 +1,10 @@
-"""``fastmode serve``: run the gateway with uvicorn (uvloop + httptools).
-
-Everything that can fail fails before the banner: the config (and the command-line overrides)
-is validated, and the listening socket is bound, so a bad port or a busy one is a one-line
-error with exit status 2, never a banner followed by a failure or a hang. SIGTERM drains the
-gateway gracefully (``gateway.shutdown``).
-"""
+"""``fastmode serve``: run the gateway with uvicorn (uvloop + httptools)."""
 
 from __future__ import annotations
 
 import argparse
-import socket
 
-from pydantic import ValidationError
-
-from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
-
-
-class UsageError(Exception):
-    """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
+from gateway.config import Config, load_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +13,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
-    p.add_argument("--ledger", help="usage ledger / state file (SQLite; default: config "
-                   "[state] path, fastmode-ledger.sqlite3 in the working directory)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     p.set_defaults(func=run)
 
@@ -54,83 +39,43 @@ def describe(config: Config) -> list[str]:
     return lines
 
 
-def configure(args: argparse.Namespace) -> Config:
-    """The config with the command-line overrides, validated like the file itself."""
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.websocket import MAX_FRAME_BYTES
+
     config = load_config(args.config)
-    updates: dict[str, object] = {}
+    server = config.server
+    updates = {}
     if args.host:
         updates["host"] = args.host
     if args.port is not None:
         updates["port"] = args.port
     if args.emulate_rtt_ms is not None:
         updates["emulate_rtt_ms"] = args.emulate_rtt_ms
-    try:
-        server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
-        state = config.state
-        if args.ledger:
-            state = StateConfig.model_validate({**state.model_dump(), "path": args.ledger})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = ".".join(str(p) for p in err["loc"])
-        flag = {"port": "--port", "host": "--host", "emulate_rtt_ms": "--emulate-rtt-ms",
-                "path": "--ledger"}.get(name, name)
-        raise UsageError(f"{flag}: {err['msg']}") from None
-    return config.model_copy(update={"server": server, "state": state})
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound now (uvicorn gets it already bound)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise UsageError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(addr)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.set_inheritable(True)
-    return sock
-
-
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.app import create_app
-    from gateway.limits import BoundedHttpTools
-    from gateway.shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
-    from gateway.websocket import MAX_FRAME_BYTES
-
-    config = configure(args)
+    if updates:
+        config = config.model_copy(update={"server": server.model_copy(update=updates)})
     server = config.server
-    try:
-        app = create_app(config)  # builds the engine: a config the physics rejects fails here
-    except ValueError as exc:
-        raise ConfigError(f"config: {exc}") from None
-    sock = bind(server.host, server.port)
-    port = sock.getsockname()[1]
-    base = f"http://{server.host}:{port}"
+    base = f"http://{server.host}:{server.port}"
     print("fastmode gateway — tiers:")
     for line in describe(config):
         print(line)
     print(f"  OpenAI base_url:      {base}/v1        (standard; model frontier-spark -> spark)")
     print(f"  fast endpoints:       {base}/fast/v1   (every request on the fast tier)")
-    print(f"  websocket:            ws://{server.host}:{port}/v1/responses")
-    print(f"  metrics:              {base}/metrics")
-    print(f"  usage ledger:         {config.state.path}", flush=True)
-    BoundedHttpTools.max_header_bytes = config.limits.max_header_bytes
-    uv = uvicorn.Config(
+    print(f"  websocket:            ws://{server.host}:{server.port}/v1/responses")
+    print(f"  metrics:              {base}/metrics", flush=True)
+    app = create_app(config)
+    uvicorn.run(
         app,
+        host=server.host,
+        port=server.port,
         log_level=args.log_level,
         loop="uvloop",
-        http=BoundedHttpTools,  # httptools with a bound on the request head (431)
-        ws=DrainingWebSocket,  # websockets-sansio, closed by their sessions on shutdown
+        http="httptools",
+        ws="websockets-sansio",  # the legacy "websockets" implementation is deprecated
         ws_per_message_deflate=False,  # token frames are tiny: deflate only adds latency
         ws_max_size=MAX_FRAME_BYTES,  # larger frames are refused (close 1009), not buffered
-        timeout_graceful_shutdown=int(server.shutdown_grace_s + MARGIN_S),
+        timeout_graceful_shutdown=30,
     )
-    GatewayServer(uv, app.state.shutdown).run(sockets=[sock])
     return 0
