@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from backends.drivers import Overloaded, RealtimeDeployment, TokenStream, TooLarge
 from backends.engine import EngineSpec, Tier, build
-from backends.scheduler import Scheduler
 from backends.mockmodel import Generation, GenerationRequest, generate
+from backends.scheduler import Scheduler
 
 from . import overflow
 from .auth import Authenticator
