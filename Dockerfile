@@ -7,9 +7,11 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md* ./
+COPY workload ./workload
 COPY backends ./backends
 COPY gateway ./gateway
 COPY clients ./clients
+COPY commands ./commands
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # -- runtime: the installed package, its dependencies and a non-root user ----------------------
@@ -29,7 +31,7 @@ CMD ["fastmode", "serve", "--host", "0.0.0.0", "--port", "8000"]
 # -- test: the integration suite, run against the gateway by the integration-tests service -----
 FROM runtime AS test
 USER root
-RUN pip install "pytest>=8" "pytest-asyncio>=0.23" "openai>=2.22"
+RUN pip install "pytest>=8" "pytest-asyncio>=0.23" "openai>=2.22" "anthropic>=0.80"
 WORKDIR /app
 COPY pyproject.toml ./
 COPY tests/conftest.py ./tests/conftest.py

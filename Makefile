@@ -2,6 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SOAK_MINUTES ?= 10  # bench/soak.py: `make bench SOAK_MINUTES=1` for a short one
 STAMP := $(VENV)/.installed-stamp
 
 .PHONY: install serve test lint bench test-integration clean
@@ -36,9 +37,11 @@ test-integration: $(STAMP)
 bench: $(STAMP)
 	mkdir -p bench-results
 	$(BIN)/python bench/sim_hour.py | tee bench-results/sim_hour.txt
-	@for b in gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop; do \
+	@for b in fast_share gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop workers redis_state calibration prefix_cache vllm_bench_serve structured; do \
 	  if [ -f bench/$$b.py ]; then $(BIN)/python bench/$$b.py | tee bench-results/$$b.txt; fi; \
 	done
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --json bench-results/soak.json \
+	  | tee bench-results/soak.txt
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

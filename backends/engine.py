@@ -1,19 +1,26 @@
 """From configuration to runnable pieces: placements, schedulers, tiers with their prices.
 
 This is where the validated config meets the physics; drivers and the gateway take ``Tier`` and
-``DeploymentSpec`` objects from here and never read the config themselves.
+``DeploymentSpec`` objects from here and never read the config themselves. The other tenants'
+demand is solved for its mean load here (``tenants.equilibrium``: what a lone user's speed and
+the derived prices are computed against), and the fleet the deployments share is built here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .config import SimConfig
-from .mockmodel import QualityProfile, ScriptRule
+from .config import BehaviorConfig, DeploymentConfig, SimConfig
+from .fleet import FleetSpec, build_fleet
+from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
 from .perf import Placement
+from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
 from .profiles import Catalog
+from .reasoning import DEFAULT_MEDIANS, ReasoningProfile
 from .scheduler import Background, Limits, Scheduler
+from .speculative import speculative_placement
+from .tenants import TenantDemand, TenantInput, equilibrium
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,8 @@ class DeploymentSpec:
     limits: Limits
     background: Background
     replicas: int
+    routing: CacheRouting = CacheRouting()  # how a request picks a replica
+    tenants: TenantDemand | None = None  # the other tenants as demand (background: their mean)
 
     def new_scheduler(self) -> Scheduler:
         return Scheduler(self.placement, self.limits, self.background)
@@ -40,6 +49,9 @@ class Tier:
     quality: QualityProfile
     derived_price_factor: float | None = None  # set when prices came from hardware cost
     description: str = ""
+    behavior: ModelBehavior = DEFAULT_BEHAVIOR  # what its model does ([behavior.MODEL])
+    priority: int = 0  # a shared pool admits higher priorities first
+    stream_interval: int = 1  # tokens per streamed event (the last event has the remainder)
 
     @property
     def model(self) -> str:
@@ -56,6 +68,7 @@ class EngineSpec:
     deployments: dict[str, DeploymentSpec]
     tiers: dict[str, Tier]
     scripts: tuple[ScriptRule, ...] = field(default_factory=tuple)
+    fleet: FleetSpec | None = None  # None: no fleet and no tenant dynamics (a bare engine)
 
 
 def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
@@ -73,11 +86,21 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
             d.precision,
             d.memory_utilization,
         )
+        if d.speculative is not None:
+            sp = d.speculative
+            placement = speculative_placement(
+                placement, catalog.get_model(sp.draft_model), sp.draft_chips, sp.draft_tokens,
+                sp.acceptance,
+            )
         background = Background(
             d.background_seqs, d.background.context_tokens, d.background.prefill_tokens_per_step
         )
-        limits = Limits(d.max_batch, d.max_batched_tokens, d.max_waiting)
-        spec = DeploymentSpec(name, placement, limits, background, d.replicas)
+        limits = Limits(d.max_batch, d.max_batched_tokens, d.max_waiting, d.prefix_caching)
+        routing = CacheRouting(d.prefix_caching and d.prefix_routing, d.prefix_routing_max_imbalance)
+        demand = _tenants(config, name, d, placement, limits)
+        if demand is not None:
+            background = demand.background
+        spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand)
         try:
             spec.new_scheduler()
         except ValueError as exc:
@@ -95,13 +118,63 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         factor = None
         if t.prices is not None:
             prices = Prices(**t.prices.model_dump())
+        elif t.price_factor is not None:  # a set multiple of the reference (e.g. fast at 2x)
+            prices = ref_prices.scaled(t.price_factor)
         else:
             factor = dep.cost_per_token / ref_cost
             prices = ref_prices.scaled(factor)
         kinds = {str(kind): weight for kind, weight in t.quality.error_kinds.items()}
-        quality = QualityProfile(t.quality.tool_error_rate, kinds)
-        tiers[name] = Tier(name, dep, prices, quality, factor, t.description)
+        quality = QualityProfile(t.quality.tool_error_rate, kinds,
+                                 t.quality.structured_error_rate)
+        model_cfg = config.behavior.get(config.deployments[t.deployment].model)
+        behavior = model_behavior(model_cfg) if model_cfg is not None else DEFAULT_BEHAVIOR
+        tiers[name] = Tier(name, dep, prices, quality, factor, t.description, behavior,
+                           stream_interval=t.stream_interval)
+    tiers = {n: replace(t, priority=config.tiers[n].priority) for n, t in tiers.items()}
     scripts = tuple(
         ScriptRule(s.match, s.reply, s.tool_name, s.tool_arguments) for s in config.scripts
     )
-    return EngineSpec(catalog, deployments, tiers, scripts)
+    fleet = build_fleet(
+        config.fleet,
+        {n: (config.deployments[n], spec) for n, spec in deployments.items()},
+        {n: spec.tenants for n, spec in deployments.items() if spec.tenants is not None},
+        {h: catalog.get_hardware(h).price_per_hour_usd
+         for h in {d.hardware for d in config.deployments.values()}},
+    )
+    return EngineSpec(catalog, deployments, tiers, scripts, fleet)
+
+
+def _tenants(
+    config: SimConfig, name: str, d: DeploymentConfig, placement: Placement, limits: Limits
+) -> TenantDemand | None:
+    """The other tenants of the tiers on deployment ``name``, solved for their mean load."""
+    inputs = [
+        TenantInput(tname, t.tenants.prompt_tokens, t.tenants.output_tokens, t.tenants.rate,
+                    t.tenants.occupancy, t.priority, t.tenants.cached_tokens)
+        for tname, t in config.tiers.items()
+        if t.deployment == name and t.tenants is not None
+    ]
+    if not inputs:
+        return None
+    tick = config.fleet.tenant_tick_s if config.fleet is not None else 2.0
+    return equilibrium(placement, limits, inputs, d.replicas, tick)
+
+
+def model_behavior(cfg: BehaviorConfig) -> ModelBehavior:
+    """A ``[behavior.MODEL]`` table as the mock model's ``ModelBehavior``."""
+    reasoning = ReasoningProfile(
+        enabled=cfg.reasoning,
+        default_effort=cfg.default_effort,
+        median_tokens={**DEFAULT_MEDIANS,
+                       **{str(k): v for k, v in cfg.reasoning_tokens.items()}},
+        sigma=cfg.reasoning_sigma,
+        budget_use=cfg.thinking_budget_use,
+    )
+    defaults = ReplyLengths()
+    replies = ReplyLengths(
+        median_tokens={**defaults.median_tokens,
+                       **{str(k): v for k, v in cfg.reply_tokens.items()}},
+        sigma=cfg.reply_sigma,
+        max_tokens=cfg.reply_max_tokens,
+    )
+    return ModelBehavior(reasoning, replies, cfg.parallel_tool_share, cfg.max_parallel_tools)

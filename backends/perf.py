@@ -3,21 +3,33 @@
 One engine step runs every sequence of the batch through the model once: each decoding sequence
 produces one token, and a chunk of prompt tokens (chunked prefill) may ride along. Its time is
 
-    t_step = max( max(t_weights, t_compute) + t_kv , t_layer_floor )
+    t_step = max( overlap(t_weights, t_gemm) + t_attention , t_layer_floor )
              + t_comm + t_hops + t_overhead
 
-- t_weights: the weights read once per step, shared by the whole batch (the reason batching pays).
-  For a mixture-of-experts model only the experts the step's tokens route to are read, so a small
-  batch reads far less than the whole model and a large batch reads nearly all of it.
-- t_compute: 2 FLOPs per active parameter per token, plus attention over each token's context.
-- t_kv: every decoding sequence reads its own KV cache; never shared, never amortised.
+- t_weights: the weights read once per step, shared by the whole batch (the reason batching pays),
+  at the achieved bandwidth ``mbu``. For a mixture-of-experts model only the experts the step's
+  tokens route to are read, so a small batch reads far less than the whole model.
+- t_gemm: 2 FLOPs per active parameter per token at the achieved GEMM rate; a GEMM over few
+  tokens still pays for a whole tile of rows (the FLOPs of max(T, gemm_min_tokens) tokens).
+  overlap(a, b) = max(a, b) + (1 - roofline_overlap) * min(a, b): the plain roofline's max
+  when the weight stream and the math overlap perfectly (roofline_overlap = 1), their sum
+  when they do not overlap at all (0); near the ridge neither hides the other.
+- t_attention: its own kernels, after the GEMMs of each layer (so added, not overlapped). Every
+  decoding sequence reads its own KV cache (never shared, never amortised) at ``mbu_kv`` of
+  peak, and does 4 * layers * heads * head_dim FLOPs per token of context; a prefill chunk does
+  the same FLOPs over the context it attends to and reads its prefix's KV once.
 - t_layer_floor: no layer finishes faster than a fixed latency (kernel launches on a GPU, the
   per-layer pipeline latency on a wafer-scale chip). It binds at small batches.
-- t_comm: tensor parallelism's two all-reduces per layer (ring: 2(N-1)/N * bytes / link + 2(N-1)a).
+- t_comm: tensor parallelism's two all-reduces per layer: 2(N-1)/N * bytes / link for the data
+  plus a fixed latency a per all-reduce (engines use one-shot/two-shot all-reduce kernels over
+  NVLink for decode-sized messages, whose latency barely grows with N, not NCCL's ring with
+  its 2(N-1) steps).
 - t_hops: layer-wise sharding across wafers: one hop per chip boundary.
 - t_overhead: host-side scheduler work per step.
 
-See docs/performance-model.md for the sources of every parameter and a worked example.
+On top of the step, ``serving_steady_state`` and ``static_batch`` turn steps into what
+benchmarks measure (TTFT, inter-token latency, throughput) for a closed-loop serving benchmark
+and for a static batch. See docs/performance-model.md for every term and its source.
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from dataclasses import dataclass, field
 from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire for all-reduces and hops
+ATTENTION_PRECISION = "bf16"  # attention math runs in 16-bit (FlashAttention-class kernels)
 
 
 @dataclass(frozen=True)
@@ -41,13 +54,19 @@ class StepTime:
 
 @dataclass(frozen=True)
 class Placement:
-    """A model on ``chips`` chips of one hardware profile at one precision: one replica."""
+    """A model on ``chips`` chips of one hardware profile at one precision: one replica.
+
+    ``kv_precision`` sets the KV cache's element type ("fp8" halves its bytes against "bf16",
+    so twice the context fits); None keeps the model's ``kv_bytes_per_element`` or, without
+    one, the weight precision.
+    """
 
     model: ModelProfile
     hardware: HardwareProfile
     chips: int
     precision: str
     memory_utilization: float = 0.9  # share of memory the engine may use (vLLM's default 0.9)
+    kv_precision: str | None = None
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -57,6 +76,13 @@ class Placement:
                 f"memory_utilization: must be in (0, 1], got {self.memory_utilization}"
             )
         bytes_per_param(self.precision)  # validates the precision name
+        if self.kv_precision is not None:
+            try:
+                bytes_per_param(self.kv_precision)
+            except ProfileError:
+                raise ProfileError(
+                    f"kv_precision: unknown {self.kv_precision!r}; allowed: bf16, fp16, fp8, int8"
+                ) from None
         self.hardware.peak_flops(self.precision)
         if self.weight_bytes > self.usable_memory_bytes:
             raise ProfileError(
@@ -78,7 +104,7 @@ class Placement:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return self.model.kv_bytes_per_token(self.precision)
+        return self.model.kv_bytes_per_token(self.precision, self.kv_precision)
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -98,16 +124,37 @@ class Placement:
         """
         return self.chips if self.hardware.sharding == "tensor" else 1
 
+    def rates(self) -> tuple[float, float, float, float]:
+        """Achieved (weight bytes/s, KV bytes/s, GEMM FLOP/s, attention FLOP/s) of a step."""
+        hw = self.hardware
+        n = self._parallel_chips
+        peak_bw = n * hw.memory_bandwidth_tbs * 1e12
+        gemm = n * hw.peak_flops(self.precision) * hw.gemm_efficiency(self.precision)
+        attn = n * hw.peak_flops(ATTENTION_PRECISION) * hw.mfu
+        return peak_bw * hw.mbu, peak_bw * hw.kv_bandwidth_efficiency, gemm, attn
+
     def weight_bytes_read(self, tokens: int) -> float:
         """Weights one step reads when it processes ``tokens`` tokens."""
         m = self.model
-        bpp = bytes_per_param(self.precision)
         if not m.is_moe:
-            return m.total_params_b * 1e9 * bpp
+            return m.weight_bytes(self.precision)
         # Each token routes to k of E experts; the expected share of experts touched by T
         # tokens is 1 - (1 - k/E)^T (uniform routing).
         touched = touched_expert_share(m.experts, m.experts_per_token, tokens)
-        return (m.dense_params_b + m.expert_params_b * touched) * 1e9 * bpp
+        return m.weight_bytes_touched(self.precision, touched)
+
+    def gemm_seconds(self, tokens: int) -> float:
+        """The GEMMs of a step of ``tokens`` tokens at their achieved rate (0 for no token)."""
+        if tokens <= 0:
+            return 0.0
+        _, _, gemm, _ = self.rates()
+        rows = max(float(tokens), self.hardware.gemm_min_tokens)
+        return 2.0 * self.model.active_params_b * 1e9 * rows / gemm
+
+    @property
+    def attention_flops_per_context_token(self) -> float:
+        m = self.model
+        return 4.0 * m.layers * m.heads * m.head_dim
 
     def step(
         self,
@@ -130,20 +177,22 @@ class Placement:
         tokens = decode_seqs + prefill_tokens
         if tokens == 0:
             return StepTime(0.0, "latency", {})
-        n = self._parallel_chips
-        bw = n * hw.memory_bandwidth_tbs * 1e12 * hw.mbu
-        flops_rate = n * hw.peak_flops(self.precision) * hw.mfu
+        bw, bw_kv, _, attn_rate = self.rates()
+        kvb = self.kv_bytes_per_token
+        attn_flops = self.attention_flops_per_context_token
 
         t_weights = self.weight_bytes_read(tokens) / bw
-        attn_width = m.layers * m.heads * m.head_dim
-        flops = 2.0 * m.active_params_b * 1e9 * tokens + 4.0 * attn_width * (
-            decode_context_tokens + prefill_context_tokens
-        )
-        t_compute = flops / flops_rate
-        # Decode reads each sequence's KV; a prefill chunk reads the KV of its prefix once
-        # (approximated by its mean attended context).
+        t_gemm = self.gemm_seconds(tokens)
+        # Decode attention: per token of context, a KV read and its FLOPs; whichever is slower.
+        kv_read_dec = decode_context_tokens * kvb / bw_kv
+        attn_math_dec = decode_context_tokens * attn_flops / attn_rate
+        t_attn_dec = max(kv_read_dec, attn_math_dec)
+        # Prefill attention: FLOPs over the attended context; the prefix's KV read once
+        # (approximated by the chunk's mean attended context).
         prefix = prefill_context_tokens / prefill_tokens if prefill_tokens else 0.0
-        t_kv = (decode_context_tokens + prefix) * self.kv_bytes_per_token / bw
+        kv_read_pre = prefix * kvb / bw_kv
+        attn_math_pre = prefill_context_tokens * attn_flops / attn_rate
+        t_attn_pre = max(kv_read_pre, attn_math_pre)
         t_floor = m.layers * hw.layer_latency_us * 1e-6
 
         t_comm = 0.0
@@ -153,7 +202,7 @@ class Placement:
             c = self.chips
             one = (
                 2 * (c - 1) / c * msg / (hw.interconnect_gbs * 1e9)
-                + 2 * (c - 1) * hw.interconnect_latency_us * 1e-6
+                + hw.interconnect_latency_us * 1e-6
             )
             t_comm = 2 * m.layers * one
         elif self.chips > 1:
@@ -163,11 +212,13 @@ class Placement:
             t_hops = (self.chips - 1) * per_hop
         t_overhead = hw.step_overhead_ms * 1e-3
 
-        roof = max(t_weights, t_compute) + t_kv
+        roof = overlapped(t_weights, t_gemm, hw.roofline_overlap) + t_attn_dec + t_attn_pre
         core = max(roof, t_floor)
-        if core == t_floor and t_floor > roof:
+        memory_side = t_weights + kv_read_dec + kv_read_pre
+        compute_side = t_gemm + attn_math_dec + attn_math_pre
+        if t_floor > roof:
             bound = "latency"
-        elif t_compute > t_weights + t_kv:
+        elif compute_side > memory_side:
             bound = "compute"
         else:
             bound = "memory"
@@ -177,8 +228,9 @@ class Placement:
             bound,
             {
                 "weights_s": t_weights,
-                "compute_s": t_compute,
-                "kv_s": t_kv,
+                "compute_s": t_gemm,
+                "attention_s": t_attn_dec + t_attn_pre,
+                "kv_s": kv_read_dec + kv_read_pre,
                 "layer_floor_s": t_floor,
                 "comm_s": t_comm,
                 "hops_s": t_hops,
@@ -191,23 +243,23 @@ class Placement:
     ) -> tuple[float, float, float, float, float, float]:
         """``step`` as a function of the decode context alone, for a fixed batch.
 
-        Returns (t_weights, compute_0, compute_per_ctx, kv_per_ctx, t_floor, t_fixed) such that
-        ``step(...).total_s == max(max(t_weights, compute_0 + compute_per_ctx * ctx)
-        + kv_per_ctx * ctx + kv_0, t_floor) + t_fixed`` with kv_0 folded into compute_0 and
-        t_weights (it is 0 for pure decode). The virtual clock uses it to run long stretches of
-        decode steps without rebuilding the breakdown each step.
+        Returns (w, c0, c1, k1, t_floor, t_fixed) such that
+        ``step(...).total_s == max(max(w, c0 + c1 * ctx) + k1 * ctx, t_floor) + t_fixed``.
+        Attention is additive and linear in the context, so c1 = 0 and k1 is the per-token
+        attention cost; w = c0 holds the weights/GEMM part and the prefill's attention. The
+        virtual clock uses it to run long stretches of decode steps without rebuilding the
+        breakdown each step.
         """
         base = self.step(decode_seqs, 0.0, prefill_tokens, prefill_context_tokens)
         b = base.breakdown
-        hw, m = self.hardware, self.model
-        n = self._parallel_chips
-        bw = n * hw.memory_bandwidth_tbs * 1e12 * hw.mbu
-        flops_rate = n * hw.peak_flops(self.precision) * hw.mfu
-        c1 = 4.0 * m.layers * m.heads * m.head_dim / flops_rate
-        k1 = self.kv_bytes_per_token / bw
-        kv0 = b["kv_s"]
+        if not b:
+            return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        _, bw_kv, _, attn_rate = self.rates()
+        k1 = max(self.kv_bytes_per_token / bw_kv, self.attention_flops_per_context_token / attn_rate)
+        w = overlapped(b["weights_s"], b["compute_s"], self.hardware.roofline_overlap)
+        w += b["attention_s"]
         fixed = b["comm_s"] + b["hops_s"] + b["overhead_s"]
-        return (b["weights_s"] + kv0, b["compute_s"] + kv0, c1, k1, b["layer_floor_s"], fixed)
+        return (w, w, 0.0, k1, b["layer_floor_s"], fixed)
 
     def step_seconds(
         self,
@@ -240,6 +292,11 @@ class Placement:
         return total
 
 
+def overlapped(a: float, b: float, overlap: float) -> float:
+    """Two times that overlap by ``overlap`` of the shorter: max + (1 - overlap) * min."""
+    return max(a, b) + (1.0 - overlap) * min(a, b)
+
+
 def prefill_attention_context(chunk: int, already: int) -> float:
     """Sum over a chunk's tokens of the context each attends to (causal)."""
     return chunk * already + chunk * chunk / 2
@@ -249,3 +306,137 @@ def touched_expert_share(experts: int, per_token: int, tokens: int) -> float:
     if experts <= 0:
         return 1.0
     return 1.0 - math.pow(1.0 - per_token / experts, tokens)
+
+
+# ------------------------------------------------------------------------------------------
+# Workloads: what benchmarks measure, from steps
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Steady-state figures of a workload on one replica (seconds, tokens/s)."""
+
+    running: int  # sequences in the batch at once
+    ttft_s: float  # mean time to first token, queueing included
+    itl_s: float  # mean time between two tokens of one sequence (TPOT)
+    e2e_s: float  # mean request latency
+    output_tokens_per_s: float  # aggregate over the replica
+    decode_step_s: float  # a decode step of the running batch without prefill
+    prefill_share: float  # share of steps that carry prompt tokens
+    queued: int = 0  # users waiting for a slot (closed loop beyond capacity)
+
+
+def batch_that_fits(p: Placement, wanted: int, tokens_per_seq: int, max_batch: int) -> int:
+    """Sequences of ``tokens_per_seq`` tokens of KV that run at once (at least one)."""
+    fits = p.kv_capacity_tokens // max(1, tokens_per_seq)
+    return max(1, min(wanted, max_batch, fits))
+
+
+def serving_steady_state(
+    p: Placement,
+    concurrency: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    max_batch: int = 256,
+    max_batched_tokens: int = 8192,
+) -> Workload:
+    """A closed-loop serving benchmark: ``concurrency`` users, each sending its next request
+    (``prompt_tokens`` in, ``output_tokens`` out) as soon as the previous one finished.
+
+    Continuous batching with chunked prefill, as vLLM / TensorRT-LLM / SGLang run it:
+
+    - the running batch B is the users that fit (``max_batch`` and the KV cache); the others
+      wait, and their wait is counted in TTFT (Little's law over the closed loop);
+    - prompts are packed into prefill steps of at most the token budget: u = ceil(B * prompt /
+      budget) steps per cycle (one prompt needs k = ceil(prompt / budget) of them); every such
+      step also decodes the sequences not being prefilled;
+    - a cycle (one request of every user) is n = max(output - 1 + k, u) steps: each request
+      decodes for output - 1 steps, and the prompts' steps fit in the cycle or stretch it;
+    - users that start together stay in groups: the prefill steps of the other groups fall in a
+      request's decode window, a share (u - k) / (n - k) of its steps. ITL is its mean step,
+      so the others' prompts riding along are in it; when all prompts fit one step (u = 1) the
+      users are in lockstep and ITL is pure decode;
+    - TTFT is the request's own prefill steps, any wait for the prompt queue when the prompts
+      stretch the cycle, and the hardware profile's ``request_overhead_ms`` (API server,
+      tokenizer, streaming).
+    """
+    if concurrency <= 0 or prompt_tokens <= 0 or output_tokens <= 0:
+        raise ProfileError("serving: concurrency, prompt and output tokens must be > 0")
+    b = batch_that_fits(p, concurrency, prompt_tokens + output_tokens, max_batch)
+    budget = max(1, max_batched_tokens)
+    decode_steps = max(0, output_tokens - 1)
+    k = math.ceil(prompt_tokens / budget)  # prefill steps of one prompt
+    if prompt_tokens > budget:
+        u = k * b
+        per_step = 1
+    else:
+        u = max(1, math.ceil(b * prompt_tokens / budget))
+        per_step = max(1, min(b, round(b / u)))
+    load = max(1, round(b * prompt_tokens / u))  # prompt tokens per prefill step
+    n = max(decode_steps + k, u)  # steps per cycle
+    ctx = prompt_tokens + output_tokens / 2  # mean context of a decoding sequence
+    dec = b - per_step  # sequences decoding beside a prefill step
+    done = 0 if k == 1 else (prompt_tokens - load) // 2  # a chunk mid-way through its prompt
+    pre_ctx = per_step * prefill_attention_context(max(1, load // per_step), done)
+    t_pre = p.step_seconds(dec, dec * ctx, load, pre_ctx)
+    t_dec = p.step_seconds(b, b * ctx) if decode_steps else t_pre
+    others = (u - k) / (n - k) if n > k else 0.0  # share of my decode steps carrying a prompt
+    itl = t_dec + min(1.0, max(0.0, others)) * (t_pre - t_dec) if decode_steps else t_pre
+    mean_step = (u * t_pre + (n - u) * t_dec) / n
+    queue_steps = max(0, n - decode_steps - k)  # waiting for the prompt queue
+    ttft_service = k * t_pre + queue_steps * mean_step + p.hardware.request_overhead_ms * 1e-3
+    cycle = ttft_service + decode_steps * itl
+    queued = max(0, concurrency - b)
+    wait = cycle * queued / b  # closed loop: each of C users waits for one of B slots
+    return Workload(
+        running=b,
+        ttft_s=ttft_service + wait,
+        itl_s=itl,
+        e2e_s=cycle + wait,
+        output_tokens_per_s=b * output_tokens / cycle,
+        decode_step_s=t_dec,
+        prefill_share=u / n,
+        queued=queued,
+    )
+
+
+def static_batch(
+    p: Placement,
+    batch: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    max_batched_tokens: int | None = None,
+) -> Workload:
+    """A static batch: ``batch`` requests start together, their prompts are prefilled (in one
+    step, or in steps of ``max_batched_tokens``), then every step decodes all of them until
+    they finish together (TensorRT-LLM's gptSessionBenchmark, vLLM's benchmark_latency,
+    LMDeploy's profile_generation). Throughput is batch * output / end-to-end time.
+    """
+    if batch <= 0 or prompt_tokens <= 0 or output_tokens <= 0:
+        raise ProfileError("static batch: batch, prompt and output tokens must be > 0")
+    total = batch * prompt_tokens
+    step_tokens = total if max_batched_tokens is None else max(1, max_batched_tokens)
+    ttft, done = 0.0, 0
+    while done < total:
+        c = min(step_tokens, total - done)
+        seqs = c / prompt_tokens  # whole prompts per step (fractional when chunked)
+        ttft += p.step_seconds(0, 0.0, c, seqs * prefill_attention_context(prompt_tokens, 0))
+        done += c
+    steps = max(0, output_tokens - 1)
+    # decode steps with contexts growing linearly: the mean of the first and last step is exact
+    # below the memory/compute kink and within a hair of it above
+    first = p.step_seconds(batch, batch * (prompt_tokens + 1))
+    last = p.step_seconds(batch, batch * (prompt_tokens + output_tokens - 1))
+    mid = p.step_seconds(batch, batch * (prompt_tokens + output_tokens / 2))
+    itl = (first + 4 * mid + last) / 6 if steps else 0.0  # Simpson over the stretch
+    e2e = ttft + steps * itl
+    return Workload(
+        running=batch,
+        ttft_s=ttft,
+        itl_s=itl,
+        e2e_s=e2e,
+        output_tokens_per_s=batch * output_tokens / e2e,
+        decode_step_s=mid,
+        prefill_share=0.0,
+    )

@@ -1,9 +1,9 @@
 """Steady-state predictions: what one request sees on a placement or on a tier of the config.
 
-``predict_placement`` is the closed-form answer for a model on hardware at a given batch (the
-roofline of ``perf.py``, no scheduler); ``predict_tier`` runs one request through the virtual
-driver on a configured deployment under its background load, which is what a lone user of that
-tier sees. Both return plain dicts (the ``--json`` output of ``fastmode predict``).
+``predict_placement`` is the closed-form answer for a model on hardware under a closed-loop load
+of ``batch`` users (``perf.serving_steady_state``, no scheduler); ``predict_tier`` runs one
+request through the virtual driver on a configured deployment under its background load, which
+is what a lone user of that tier sees. Both return plain dicts (the ``--json`` output of ``fastmode predict``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from .drivers import Arrival, VirtualDriver
 from .engine import EngineSpec
-from .perf import Placement, StepTime
+from .perf import Placement, StepTime, serving_steady_state
 from .profiles import Catalog
 from .scheduler import Sequence
 
@@ -53,6 +53,7 @@ def placement_summary(p: Placement) -> dict[str, Any]:
         "hardware": p.hardware.name,
         "chips": p.chips,
         "precision": p.precision,
+        "kv_precision": p.kv_precision,
         "weights_gb": p.weight_bytes / 1e9,
         "usable_memory_gb": p.usable_memory_bytes / 1e9,
         "kv_bytes_per_token": p.kv_bytes_per_token,
@@ -70,11 +71,18 @@ def predict_placement(
     prompt_tokens: int,
     output_tokens: int,
     max_batched_tokens: int = 8192,
+    *,
+    kv_precision: str | None = None,
+    max_batch: int = 256,
 ) -> dict[str, Any]:
-    """Steady state of ``batch`` sequences, each ``prompt_tokens`` in, ``output_tokens`` out.
+    """Steady state of ``batch`` concurrent users, each sending ``prompt_tokens`` in and
+    ``output_tokens`` out and its next request as soon as one finishes (a closed-loop serving
+    benchmark, as `fastmode bench --concurrency`, vLLM's benchmark_serving or NIM's AIPerf run).
 
-    ITL: one decode step of the whole batch at the mean context (prompt + output/2). TTFT: the
-    prompt prefilled in chunks of the token budget left beside the other B-1 decoders.
+    ``perf.serving_steady_state``: the users that fit the KV cache (and ``max_batch``) run
+    together, the others wait for a slot (their wait is in TTFT, and the placement is not
+    refused); ITL is the mean step, prompts of the others riding along (chunked prefill);
+    throughput counts every output token over the requests' whole cycle.
     """
     m = catalog.get_model(model)
     hw = catalog.get_hardware(hardware)
@@ -83,39 +91,42 @@ def predict_placement(
     _positive("prompt-tokens", prompt_tokens)
     _positive("output-tokens", output_tokens)
     _positive("max-batched-tokens", max_batched_tokens)
-    p = Placement(m, hw, chips, precision)
+    _positive("max-batch", max_batch)
+    p = Placement(m, hw, chips, precision, kv_precision=kv_precision)
     _check_context(m.name, m.context_window, prompt_tokens, output_tokens)
-    need = batch * (prompt_tokens + output_tokens)
-    if need > p.kv_capacity_tokens:
-        fits = p.kv_capacity_tokens // (prompt_tokens + output_tokens)
+    per_seq = prompt_tokens + output_tokens
+    if per_seq > p.kv_capacity_tokens:
         raise PredictError(
-            f"batch: {batch} sequences of {prompt_tokens + output_tokens} tokens need {need} "
-            f"tokens of KV cache; {m.name} on {chips} x {hw.name} at {precision} holds "
-            f"{p.kv_capacity_tokens} (batch at most {fits})"
+            f"prompt-tokens: one sequence of {per_seq} tokens needs more KV cache than "
+            f"{m.name} on {chips} x {hw.name} at {precision} holds ({p.kv_capacity_tokens} "
+            f"tokens); use more chips or an fp8 KV cache (kv_precision)"
         )
+    w = serving_steady_state(p, batch, prompt_tokens, output_tokens, max_batch,
+                             max_batched_tokens)
     ctx = prompt_tokens + output_tokens / 2
-    others = batch - 1
-    chunk = max(1, max_batched_tokens - others)
-    ttft = p.prefill_seconds(prompt_tokens, chunk, others, others * ctx)
-    step = p.step(batch, batch * ctx)
-    itl = step.total_s
+    step = p.step(w.running, w.running * ctx)
     hourly = chips * hw.price_per_hour_usd
     return {
         "mode": "placement",
         **placement_summary(p),
         "batch": batch,
+        "running_batch": w.running,
+        "queued": w.queued,
         "prompt_tokens": prompt_tokens,
         "output_tokens": output_tokens,
         "max_batched_tokens": max_batched_tokens,
-        "ttft_s": ttft,
-        "itl_s": itl,
-        "e2e_s": ttft + (output_tokens - 1) * itl,
-        "output_tokens_per_s_per_user": 1.0 / itl,
-        "output_tokens_per_s_total": batch / itl,
+        "max_batch": max_batch,
+        "ttft_s": w.ttft_s,
+        "itl_s": w.itl_s,
+        "decode_step_s": w.decode_step_s,
+        "prefill_step_share": w.prefill_share,
+        "e2e_s": w.e2e_s,
+        "output_tokens_per_s_per_user": 1.0 / w.itl_s,
+        "output_tokens_per_s_total": w.output_tokens_per_s,
         "bound": step.bound,
         "step_breakdown_s": _breakdown(step),
         "hardware_usd_per_hour": hourly,
-        "hardware_usd_per_million_output_tokens": hourly / 3600 * itl / batch * 1e6,
+        "hardware_usd_per_million_output_tokens": hourly / 3600 / w.output_tokens_per_s * 1e6,
     }
 
 

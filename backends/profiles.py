@@ -32,14 +32,43 @@ class HardwareProfile:
     memory_bandwidth_tbs: float  # peak memory bandwidth per chip
     tflops: dict[str, float]  # dense peak TFLOP/s per precision (no sparsity)
     interconnect_gbs: float  # chip-to-chip bandwidth per direction (NVLink, fabric)
-    interconnect_latency_us: float  # alpha: fixed latency per collective step / hop
-    mbu: float  # achieved fraction of peak memory bandwidth in decode
-    mfu: float  # achieved fraction of peak FLOP/s in prefill and large batches
+    # tensor sharding: the fixed latency of one all-reduce (of a decode-sized message);
+    # layer sharding: the latency of one activation hop from chip to chip
+    interconnect_latency_us: float
+    mbu: float  # achieved fraction of peak memory bandwidth reading weights in decode
+    mfu: float  # achieved fraction of peak FLOP/s of large GEMMs (prefill, big batches)
     step_overhead_ms: float  # host-side work per engine step (scheduler, kernel launches)
     layer_latency_us: float  # floor per layer per step: no layer finishes faster than this
     price_per_hour_usd: float  # rental price of one chip
     sharding: Literal["tensor", "layer"] = "tensor"  # how a model is split across chips
+    # achieved fraction of peak bandwidth of attention kernels reading the KV cache (paged
+    # attention is less regular than a weight GEMM); None = the same as mbu
+    mbu_kv: float | None = None
+    # achieved fraction of the fp8/int8 peak by fp8/int8 GEMMs (they reach a smaller share of
+    # their doubled peak than bf16 GEMMs do of theirs); None = the same as mfu
+    mfu_fp8: float | None = None
+    # the smallest token count a GEMM pays for: tensor-core GEMMs work on tiles of rows, so a
+    # step of T tokens costs the FLOPs of max(T, gemm_min_tokens) (small matrices do not reach
+    # peak); 0 = FLOPs of exactly T tokens
+    gemm_min_tokens: float = 0.0
+    # how much of the shorter of (weight reads, GEMM math) hides under the longer one in a
+    # step: t = max(t_w, t_c) + (1 - roofline_overlap) * min(t_w, t_c); 1 = the plain
+    # roofline's max (perfect overlap), 0 = no overlap at all (their sum)
+    roofline_overlap: float = 1.0
+    # fixed latency a served request pays before its first token besides the engine steps (API
+    # server, tokenizer, scheduler admission, streaming the first chunk); not part of any step
+    request_overhead_ms: float = 0.0
     description: str = ""
+
+    @property
+    def kv_bandwidth_efficiency(self) -> float:
+        return self.mbu if self.mbu_kv is None else self.mbu_kv
+
+    def gemm_efficiency(self, precision: str) -> float:
+        """Peak share reached by large GEMMs at ``precision`` (mfu, or mfu_fp8 for 8-bit)."""
+        if precision in ("fp8", "int8") and self.mfu_fp8 is not None:
+            return self.mfu_fp8
+        return self.mfu
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s at ``precision``; int8 falls back to fp8 rates and vice versa."""
@@ -67,6 +96,9 @@ class ModelProfile:
     experts_per_token: int = 0  # routed experts each token uses
     expert_params_b: float = 0.0  # parameters in all routed experts together
     kv_bytes_per_element: float | None = None  # None = same as weight precision
+    # bytes per routed-expert parameter when the released checkpoint fixes it whatever the
+    # deployment precision (gpt-oss ships its experts in MXFP4: 4.25 bits); None = precision
+    expert_bytes_per_param: float | None = None
     description: str = ""
 
     @property
@@ -79,11 +111,24 @@ class ModelProfile:
         return self.total_params_b - self.expert_params_b
 
     def weight_bytes(self, precision: str) -> float:
-        return self.total_params_b * 1e9 * bytes_per_param(precision)
+        return self.weight_bytes_touched(precision, 1.0)
 
-    def kv_bytes_per_token(self, precision: str) -> float:
-        """K and V for one token of context, all layers."""
-        elem = self.kv_bytes_per_element or bytes_per_param(precision)
+    def weight_bytes_touched(self, precision: str, expert_share: float) -> float:
+        """Bytes of the dense part plus ``expert_share`` of the routed experts."""
+        bpp = bytes_per_param(precision)
+        ebpp = bpp if self.expert_bytes_per_param is None else self.expert_bytes_per_param
+        return (self.dense_params_b * bpp + self.expert_params_b * expert_share * ebpp) * 1e9
+
+    def kv_bytes_per_token(self, precision: str, kv_precision: str | None = None) -> float:
+        """K and V for one token of context, all layers.
+
+        ``kv_precision`` (a precision name) sets the cache's element size; without it the
+        model's ``kv_bytes_per_element`` applies, else the weight precision's.
+        """
+        if kv_precision is not None:
+            elem = bytes_per_param(kv_precision)
+        else:
+            elem = self.kv_bytes_per_element or bytes_per_param(precision)
         return 2 * self.layers * self.kv_heads * self.head_dim * elem
 
 

@@ -12,10 +12,17 @@ ends; a driver (``backends/drivers/``) owns the clock. The model is vLLM's / Orc
   step is planned.
 
 Other tenants ("background") occupy slots, KV memory and part of the token budget and make every
-step slower, so that one user alone sees production speeds rather than an empty GPU.
+step slower, so that one user alone sees production speeds rather than an empty GPU. With a
+fleet, their load moves (``backends.tenants`` calls ``set_background`` at its ticks, and their
+waiting requests count against ``max_waiting``). A shared pool orders its waiting queue by the
+sequences' ``priority`` (higher first, FCFS within one): "priority processing".
 
 KV memory: a sequence reserves the KV it will reach (prompt + output) when admitted. The mock
 knows each reply's length up front, so this equals on-demand paging without preemption.
+
+Prefix caching (``backends.prefix_cache``): a sequence with a ``PrefixKey`` finds its cached
+prefix when queued and neither prefills nor reserves it; its own prefix is stored once computed.
+Unpinned cache is the memory left over, evicted (LRU) when admission needs the room.
 
 Bookkeeping is O(1) per step in the number of running sequences: a sequence's token count is
 derived from the global step index (``step_index - first_step``), its finish step sits in a
@@ -31,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .perf import Placement, prefill_attention_context
+from .prefix_cache import PrefixCache, PrefixKey
+from .stretch import stretch
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class Limits:
     max_batch: int = 256  # running sequences at once [max_num_seqs]
     max_batched_tokens: int = 8192  # tokens per step, decode + prefill [max_num_batched_tokens]
     max_waiting: int = 1024  # waiting-queue bound; beyond it a request is refused (overload)
+    prefix_caching: bool = True  # keep computed prompt prefixes [enable_prefix_caching]
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,11 @@ class Sequence:
     arrival: float
     cached_tokens: int = 0  # prefix already in the KV cache (a continuation): no prefill
     tag: Any = None
+    prefix: PrefixKey | None = None  # where its prompt may be cut and cached
+    cache_hit: int = 0  # prompt tokens found in this replica's prefix cache
+    cache_entry: Any = None  # the cache chain it pins (backends.prefix_cache)
+    kv_held: int = 0  # KV it holds itself (the rest of ``kv_reserved`` is shared cache)
+    priority: int = 0  # a shared pool admits higher priorities first (fleet policy "priority")
     state: str = WAITING
     prefilled: int = 0
     first_step: int = -1  # index of the step that produced token 0
@@ -134,7 +149,11 @@ class Scheduler:
         self._cancelled: set[int] = set()
         self.step_index = -1  # index of the last step run
         self.busy_until = 0.0
-        self._lines: dict[int, tuple[float, ...]] = {}  # decode_line per user batch size
+        self._lines: dict[int, tuple[float, ...]] = {}  # decode_line per batch (bg included)
+        self.queued_elsewhere = 0  # the other tenants' waiting requests (backends.tenants)
+        self._step_lines: dict[tuple[int, int, float], tuple[float, ...]] = {}
+        self._stepwise = getattr(placement, "stepwise", False)  # no closed-form line
+        self.cache: PrefixCache | None = PrefixCache() if limits.prefix_caching else None
 
     # -- requests -------------------------------------------------------------------------
 
@@ -144,7 +163,17 @@ class Scheduler:
 
     @property
     def kv_used_tokens(self) -> int:
-        return self._kv_used + self.background.kv_tokens
+        """KV in use: admitted sequences', the background's and the cache they pin (unpinned
+        cache counts as free, as in vLLM's ``kv_cache_usage_perc``)."""
+        pinned = self.cache.pinned if self.cache is not None else 0
+        return self._kv_used + self.background.kv_tokens + pinned
+
+    def cached_prefix(self, prefix: PrefixKey, prompt_tokens: int, now: float) -> int:
+        """Tokens of a prompt this replica holds in its prefix cache (routing asks; no query
+        is counted)."""
+        if self.cache is None:
+            return 0
+        return self.cache.peek(prefix, prompt_tokens, now)
 
     def fits_ever(self, seq: Sequence) -> bool:
         """Could this sequence be admitted on an otherwise idle replica?"""
@@ -157,11 +186,79 @@ class Scheduler:
         ``max_waiting``: it bounds those that must wait for a slot to free up.
         """
         free_slots = self.limits.max_batch - self.background.seqs - self.running
-        if len(self.waiting) >= self.limits.max_waiting + max(0, free_slots):
+        if len(self.waiting) + self.queued_elsewhere >= self.limits.max_waiting + max(
+            0, free_slots
+        ):
             return False
         seq.state = WAITING
-        self.waiting.append(seq)
+        if self.cache is not None and seq.prefix is not None:
+            self.cache.attach(seq)  # found and pinned now: what admission bills is what we skip
+        waiting = self.waiting
+        if seq.priority and waiting and waiting[-1].priority < seq.priority:
+            # priority admission: ahead of every lower priority, behind its own (FCFS within)
+            i = next(k for k, s in enumerate(waiting) if s.priority < seq.priority)
+            waiting.insert(i, seq)
+        else:
+            waiting.append(seq)
         return True
+
+    def set_background(self, background: Background) -> None:
+        """The other tenants' load changed (``backends.tenants``): later steps see it."""
+        old = self.background
+        if (old.prefill_tokens_per_step, old.context_tokens) != (
+            background.prefill_tokens_per_step, background.context_tokens
+        ):
+            self._lines.clear()  # the memoised step lines depend on the prefill riding along
+        self.background = background
+
+    def _line(self, batch: int) -> tuple[float, ...]:
+        """``decode_line`` of a batch of ``batch`` decoding sequences (background included)."""
+        line = self._lines.get(batch)
+        if line is None:
+            bg = self.background
+            line = self._lines[batch] = self.placement.decode_line(
+                batch, bg.prefill_tokens_per_step, bg.prefill_context
+            )
+        return line
+
+    def step_seconds(
+        self, batch: int, ctx: float, prefill_tokens: int, prefill_ctx: float
+    ) -> float:
+        """``Placement.step_seconds`` through a memo of its line in the decode context: steps
+        with the same batch and prompt chunk (most, in a workload of few lengths) then cost a
+        few float operations instead of a roofline evaluation (bounded memo)."""
+        if self._stepwise:
+            return self.placement.step_seconds(batch, ctx, prefill_tokens, prefill_ctx)
+        key = (batch, prefill_tokens, prefill_ctx)
+        memo = self._step_lines
+        line = memo.get(key)
+        if line is None:
+            if len(memo) >= 4096:
+                memo.clear()
+            line = memo[key] = self.placement.decode_line(batch, prefill_tokens, prefill_ctx)
+        w, c0, c1, k1, floor, fixed = line
+        x = c0 + c1 * ctx
+        core = (w if w > x else x) + k1 * ctx
+        return (core if core > floor else floor) + fixed
+
+    def decode_estimate(self) -> float:
+        """Seconds of a decode step of the batch as it is (no prompt of ours riding along): how
+        long one token of the other tenants takes now."""
+        bg = self.background
+        batch = max(1, self.running + bg.seqs)
+        ctx = self._decode_ctx + bg.kv_tokens
+        if self._stepwise:
+            return self.placement.step_seconds(
+                batch, ctx, bg.prefill_tokens_per_step, bg.prefill_context
+            )
+        w, c0, c1, k1, floor, fixed = self._line(batch)
+        x = c0 + c1 * ctx
+        core = (w if w > x else x) + k1 * ctx
+        return (core if core > floor else floor) + fixed
+
+    def _unpin(self, seq: Sequence, now: float) -> None:
+        if self.cache is not None:
+            self.cache.detach(seq, now)
 
     def cancel(self, seq: Sequence) -> None:
         """Cancel a sequence; it leaves the batch (and frees its KV) when the next step is planned."""
@@ -173,6 +270,7 @@ class Scheduler:
             except ValueError:
                 pass
             seq.state = CANCELLED
+            self._unpin(seq, self.busy_until)
             return
         self._cancelled.add(seq.id)
 
@@ -196,7 +294,8 @@ class Scheduler:
                         seq = self.prefilling.pop(i)
                         break
             if seq is not None:
-                self._kv_used -= seq.kv_reserved
+                self._kv_used -= seq.kv_held
+                self._unpin(seq, self.busy_until)
                 seq.state = CANCELLED
                 dropped.append(seq)
         self._cancelled.clear()
@@ -205,18 +304,29 @@ class Scheduler:
     def _admit(self, now: float) -> None:
         bg = self.background
         slots = self.limits.max_batch - bg.seqs - self.running
+        cache = self.cache
         kv_free = self.kv_capacity - bg.kv_tokens - self._kv_used
+        if cache is not None:
+            kv_free -= cache.size
         while self.waiting and slots > 0:
             seq = self.waiting[0]
-            if seq.kv_reserved > kv_free:
+            need = seq.kv_reserved - seq.cache_hit
+            if need > kv_free and cache is not None:
+                kv_free += cache.evict(need - kv_free)  # memory pressure: LRU prefixes go
+                if need > kv_free and not self.running:  # waiters' pins would block forever
+                    cache.unpin_waiting(self.waiting, now)
+                    need = seq.kv_reserved
+                    kv_free += cache.evict(need - kv_free)
+            if need > kv_free:
                 break  # strict FCFS: nobody overtakes the head of the queue
             self.waiting.popleft()
             seq.state = PREFILL
             seq.admitted_at = now
             seq.prefilled = seq.cached_tokens
             self.prefilling.append(seq)
-            self._kv_used += seq.kv_reserved
-            kv_free -= seq.kv_reserved
+            seq.kv_held = need
+            self._kv_used += need
+            kv_free -= need
             slots -= 1
 
     def step(self, now: float) -> StepResult | None:
@@ -243,11 +353,8 @@ class Scheduler:
             prefill_ctx += prefill_attention_context(c, seq.prefilled)
             prefill_tokens += c
             budget -= c
-        dt = self.placement.step_seconds(
-            n_dec + bg.seqs,
-            self._decode_ctx + bg.kv_tokens,
-            prefill_tokens,
-            prefill_ctx,
+        dt = self.step_seconds(
+            n_dec + bg.seqs, self._decode_ctx + bg.kv_tokens, prefill_tokens, prefill_ctx
         )
         end = now + dt
         result = StepResult(index, now, end, n_dec, batch=n_dec + bg.seqs + len(self.prefilling))
@@ -256,6 +363,8 @@ class Scheduler:
         for seq, c in chunks:
             seq.prefilled += c
             if seq.prefilled >= seq.prompt_tokens:
+                if self.cache is not None and seq.prefix is not None:
+                    self._kv_used -= self.cache.store(seq, end)  # its prompt's KV is shared now
                 self.prefilling.remove(seq)
                 seq.state = DECODE
                 seq.first_step = index
@@ -278,7 +387,8 @@ class Scheduler:
                 continue
             self._cancelled.discard(sid)
             self._decode_ctx -= seq.prompt_tokens + seq.output_tokens
-            self._kv_used -= seq.kv_reserved
+            self._kv_used -= seq.kv_held
+            self._unpin(seq, end)
             seq.state = FINISHED
             seq.finished_at = end
             out.append(seq)
@@ -294,28 +404,11 @@ class Scheduler:
         """
         if self.prefilling or self._cancelled or not self.decoding:
             return False
+        if self._stepwise:  # no closed form (speculative decoding)
+            return False
         if self.waiting and self.limits.max_batch - self.background.seqs - self.running > 0:
             return False
         return True
-
-    def finish_lower_bound(self, now: float) -> float:
-        """A lower bound of when the next step that finishes a sequence ends, if the next step
-        starts at ``now`` and nothing is admitted before then (closed-loop virtual runs).
-
-        In a steady state the batch is fixed until its first finish and each step is at least
-        as long as the next one (contexts only grow); otherwise the next step may finish one.
-        """
-        if not self.steady():
-            return now
-        bg = self.background
-        dt = self.placement.step_seconds(
-            len(self.decoding) + bg.seqs,
-            self._decode_ctx + bg.kv_tokens,
-            bg.prefill_tokens_per_step,
-            bg.prefill_context,
-        )
-        steps = self._finish_heap[0][0] - self.step_index
-        return now + steps * dt * (1.0 - 1e-9)
 
     def run_steady(self, now: float, until: float) -> tuple[StepResult, float, float]:
         """Run decode-only steps from ``now`` while no event can change the batch.
@@ -325,38 +418,26 @@ class Scheduler:
         summed, ``end`` of the last) and the first and last step durations (step times only grow
         within a stretch, as contexts do). The timeline is the one ``step`` would produce.
         """
+        steps, span, first_dt, dt = self.plan_steady(now, until)
+        return self.commit_steady(now, steps, span), first_dt, dt
+
+    def plan_steady(self, now: float, until: float) -> tuple[int, float, float, float]:
+        """The stretch ``run_steady`` would run, without running it: (steps, their total
+        time, first and last step durations). Pure: plan again with another ``until`` to cut
+        it shorter, as long as nothing changed the replica in between."""
         bg = self.background
         n = len(self.decoding)
-        last = self._finish_heap[0][0]  # first finish step
-        line = self._lines.get(n)  # depends on the batch only: memoised per batch size
-        if line is None:
-            line = self._lines[n] = self.placement.decode_line(
-                n + bg.seqs,
-                bg.prefill_tokens_per_step,
-                bg.prefill_context,
-            )
-        w, c0, c1, k1, floor, fixed = line
-        start = now
-        index = self.step_index
-        steps_left = last - index
+        line = self._line(n + bg.seqs)  # depends on the batch only: memoised per batch size
         ctx = self._decode_ctx + bg.kv_tokens
-        first_dt = dt = 0.0
-        steps = 0
-        while steps < steps_left:
-            x = c0 + c1 * ctx
-            core = (w if w > x else x) + k1 * ctx
-            dt = (core if core > floor else floor) + fixed
-            if steps == 0:
-                first_dt = dt
-            now += dt
-            ctx += n
-            steps += 1
-            if now >= until:
-                break
-        index += steps
-        self._decode_ctx = ctx - bg.kv_tokens
-        self.step_index = index
-        self.busy_until = now
-        result = StepResult(index, start, now, n * steps, batch=n + bg.seqs)
-        self._retire(index, now, result.finished)
-        return result, first_dt, dt
+        return stretch(line, ctx, n, self._finish_heap[0][0] - self.step_index, until - now)
+
+    def commit_steady(self, now: float, steps: int, span: float) -> StepResult:
+        """Run ``steps`` planned steady steps from ``now`` (``plan_steady``), lasting ``span``."""
+        n = len(self.decoding)
+        self._decode_ctx += n * steps
+        self.step_index += steps
+        end = now + span
+        self.busy_until = end
+        result = StepResult(self.step_index, now, end, n * steps, batch=n + self.background.seqs)
+        self._retire(self.step_index, end, result.finished)
+        return result

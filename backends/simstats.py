@@ -31,6 +31,7 @@ class RequestTag(NamedTuple):
 
     tier: str
     user: int
+    reasoning: int = 0  # output tokens of thinking before the first visible one
 
 
 @dataclass
@@ -40,8 +41,11 @@ class TierStats:
     rejected: Counter[str] = field(default_factory=Counter)
     ttft: array[float] = field(default_factory=lambda: array("d"))
     e2e: array[float] = field(default_factory=lambda: array("d"))
+    ttft_visible: array[float] = field(default_factory=lambda: array("d"))  # after reasoning
+    reasoning_tokens: int = 0
     user_tps: array[float] = field(default_factory=lambda: array("d"))
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose prefill the prefix cache skipped
     output_tokens: int = 0
     cost_usd: float = 0.0
 
@@ -62,8 +66,12 @@ class Collector:
     tiers: dict[str, TierStats] = field(default_factory=dict)
     replicas: dict[str, ReplicaStats] = field(default_factory=dict)
     itl: dict[str, LogHistogram] = field(default_factory=dict)  # per deployment
+    driver: Any = None
+    seat_s: dict[str, float] = field(default_factory=dict)  # per deployment: our requests'
+    # batch slots x seconds, admission to finish (a fleet's pools report their mean batch)
 
     def attach(self, driver: VirtualDriver) -> None:
+        self.driver = driver  # a fleet adds replicas during the run (``_replica``)
         for replica in driver.replicas:
             self.replicas[replica.name] = ReplicaStats(replica.deployment)
             self.itl.setdefault(replica.deployment, LogHistogram())
@@ -80,7 +88,7 @@ class Collector:
     def on_step(
         self, name: str, dt0: float, tokens: int, batch: int, steps: int, dt1: float
     ) -> None:
-        r = self.replicas[name]
+        r = self.replicas.get(name) or self._replica(name)
         span = steps * (dt0 + dt1) / 2  # durations grow linearly within a stretch
         r.busy_s += span
         r.batch_s += batch * span
@@ -92,18 +100,36 @@ class Collector:
             else:
                 h.add_range(dt0, dt1, tokens)
 
+    def _replica(self, name: str) -> ReplicaStats:
+        """A replica the fleet brought into service during the run."""
+        deployment = self.driver.all_replicas[name].deployment
+        self.itl.setdefault(deployment, LogHistogram())
+        r = self.replicas[name] = ReplicaStats(deployment)
+        return r
+
     def on_finish(self, seq: Sequence) -> None:
         tag: RequestTag = seq.tag
         s = self.stats(tag.tier)
         s.completed += 1
         s.ttft.append(seq.first_token_at - seq.arrival)
         s.e2e.append(seq.finished_at - seq.arrival)
+        ttft = seq.first_token_at - seq.arrival
+        if tag.reasoning and seq.output_tokens > 1:
+            # the first visible token is token number `reasoning`: that many of this
+            # request's inter-token latencies after its first token
+            itl = (seq.finished_at - seq.first_token_at) / (seq.output_tokens - 1)
+            ttft += min(tag.reasoning, seq.output_tokens - 1) * itl
+        s.ttft_visible.append(ttft)
+        s.reasoning_tokens += tag.reasoning
         if seq.output_tokens > 1 and seq.finished_at > seq.first_token_at:
             s.user_tps.append((seq.output_tokens - 1) / (seq.finished_at - seq.first_token_at))
         s.prompt_tokens += seq.prompt_tokens
+        s.cached_tokens += seq.cached_tokens
+        dep = self.spec.tiers[tag.tier].deployment.name
+        self.seat_s[dep] = self.seat_s.get(dep, 0.0) + seq.finished_at - seq.admitted_at
         s.output_tokens += seq.output_tokens
         s.cost_usd += self.spec.tiers[tag.tier].prices.cost(
-            seq.prompt_tokens, 0, seq.output_tokens
+            seq.prompt_tokens, seq.cached_tokens, seq.output_tokens
         )
 
     def on_reject(self, arrival: Arrival, reason: str) -> None:
@@ -138,10 +164,14 @@ def _hist_pcts(h: LogHistogram) -> dict[str, float | None]:
 class SimResult:
     tiers: dict[str, dict[str, Any]]  # per tier: the figures ``fastmode simulate`` prints
     run: dict[str, Any]  # wall time, simulated time, steps, steps/s, totals
+    fleet: dict[str, Any] | None = None  # nodes, pools, the other tenants, revenue and cost
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--json`` document (its shape is what ``fastmode bench --compare-sim`` reads)."""
-        return {"tiers": self.tiers, "run": self.run}
+        doc: dict[str, Any] = {"tiers": self.tiers, "run": self.run}
+        if self.fleet is not None:
+            doc["fleet"] = self.fleet
+        return doc
 
 
 def tier_figures(spec: EngineSpec, col: Collector, name: str, span: float) -> dict[str, Any]:
@@ -165,6 +195,8 @@ def tier_figures(spec: EngineSpec, col: Collector, name: str, span: float) -> di
         "rejected": sum(s.rejected.values()),
         "rejected_by_reason": dict(sorted(s.rejected.items())),
         "ttft_s": _pcts(s.ttft),
+        "ttft_visible_s": _pcts(s.ttft_visible),  # equal to ttft_s without reasoning
+        "reasoning_tokens": s.reasoning_tokens,
         "itl_s": _hist_pcts(col.itl.get(dep.name, LogHistogram())),
         "e2e_s": _pcts(s.e2e),
         "output_tokens_per_s_per_user_p50": tps["p50"],
@@ -173,6 +205,8 @@ def tier_figures(spec: EngineSpec, col: Collector, name: str, span: float) -> di
         "max_batch": dep.limits.max_batch,
         "background_seqs": bg,
         "prompt_tokens": s.prompt_tokens,
+        "cached_prompt_tokens": s.cached_tokens,
+        "prefix_cache_hit_rate": s.cached_tokens / s.prompt_tokens if s.prompt_tokens else None,
         "output_tokens": s.output_tokens,
         "cost_usd": s.cost_usd,
     }

@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from workload import (
     DIST_KINDS,
@@ -36,6 +37,8 @@ from workload import (
 
 from .drivers import Arrival, VirtualDriver
 from .engine import EngineSpec, Tier
+from .fleetstats import fleet_figures
+from .prefix_workload import PromptPrefixes
 from .scheduler import Sequence
 from .simstats import Collector, RequestTag, SimResult, tier_figures
 
@@ -64,6 +67,9 @@ class Workload:
     arrivals: str = "poisson"  # open loop: "poisson" | "constant"
     seed: int = 1
     retry_after_s: float = 1.0  # closed loop: a refused user's pause before the next request
+    shared_prefix_tokens: int = 0  # a system prompt every request starts with (prefix caching)
+    turns: int = 1  # closed loop: each user's requests are turns of conversations this long
+    reasoning_effort: str | None = None  # each reply thinks first, as its tier's model does
 
     def validate(self, spec: EngineSpec) -> None:
         if (self.rate is None) == (self.concurrency is None):
@@ -90,6 +96,11 @@ class Workload:
                 raise WorkloadError(f"mix: share of {name!r} must be >= 0, got {share}")
         if sum(self.mix.values()) <= 0:
             raise WorkloadError("mix: the shares add up to 0")
+        if self.shared_prefix_tokens < 0:
+            raise WorkloadError(f"shared-prefix-tokens: must be >= 0, got "
+                                f"{self.shared_prefix_tokens}")
+        if self.turns < 1 or (self.turns > 1 and self.concurrency is None):
+            raise WorkloadError("turns: must be >= 1, and conversations need --concurrency")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,12 +114,24 @@ class _Arrivals:
     def __init__(self, wl: Workload, spec: EngineSpec) -> None:
         self.shapes = ShapeSampler(wl.mix, wl.prompt, wl.output)
         self.tiers: dict[str, Tier] = {n: spec.tiers[n] for n in self.shapes.tiers}
+        self.prefixes = PromptPrefixes(wl.shared_prefix_tokens, wl.turns)
+        self.effort = wl.reasoning_effort
+        self.seed = wl.seed
 
     def arrival(self, t: float, user: int, shape: RequestShape) -> tuple[Arrival, bool]:
         """An arrival at ``t``, and whether it fits its model's context window."""
         tier = self.tiers[shape.tier]
         p, o = shape.prompt_tokens, shape.output_tokens
-        arr = Arrival(t, tier.deployment.name, p, o, tag=RequestTag(tier.name, user))
+        thought = 0
+        if self.effort is not None:  # a draw of its own per request (the same in any order)
+            rng = random.Random(f"{self.seed}/{user}/{t!r}")
+            thought = tier.behavior.reasoning.draw(self.effort, rng)
+            o += thought
+        key = None
+        if self.prefixes.active:
+            p, key = self.prefixes.request(user, tier.model, p, o, tier.context_window)
+        arr = Arrival(t, tier.deployment.name, p, o, tag=RequestTag(tier.name, user, thought),
+                      prefix=key, priority=tier.priority)
         return arr, p + o <= tier.context_window
 
 
@@ -169,6 +192,7 @@ class _ClosedLoop:
     def on_reject(self, arrival: Arrival, reason: str) -> None:
         self.col.on_reject(arrival, reason)
         tag: RequestTag = arrival.tag
+        self.arrivals.prefixes.forget(tag.user)
         self.issue(tag.user, arrival.time + self.wl.retry_after_s)
 
 
@@ -177,20 +201,28 @@ class _ClosedLoop:
 # ---------------------------------------------------------------------------------------------
 
 
-def simulate(spec: EngineSpec, wl: Workload, steady: bool = True) -> SimResult:
-    """Run ``wl`` on the engine ``spec`` in virtual time and summarise it."""
+def simulate(
+    spec: EngineSpec, wl: Workload, steady: bool = True, fleet_mode: str | None = None
+) -> SimResult:
+    """Run ``wl`` on the engine ``spec`` in virtual time and summarise it.
+
+    The config's fleet moves replicas and the other tenants' load (their arrivals drawn with
+    the workload's seed); ``fleet_mode`` ``fixed`` / ``elastic`` overrides its node bounds.
+    """
     wl.validate(spec)
     arrivals = _Arrivals(wl, spec)
     col = Collector(spec)
+    fleet = spec.fleet.variant(fleet_mode, wl.seed) if spec.fleet is not None else None
     wall0 = time.perf_counter()
     if wl.rate is not None:
         driver = VirtualDriver(
-            spec.deployments, col.on_step, col.on_finish, col.on_reject, steady=steady
+            spec.deployments, col.on_step, col.on_finish, col.on_reject, steady=steady,
+            fleet=fleet,
         )
         col.attach(driver)
         end = driver.run(_open_loop(wl, arrivals, col))
     else:
-        driver = VirtualDriver(spec.deployments, col.on_step, steady=steady)
+        driver = VirtualDriver(spec.deployments, col.on_step, steady=steady, fleet=fleet)
         loop = _ClosedLoop(wl, arrivals, col, driver)
         driver.on_finish = loop.on_finish
         driver.on_reject = loop.on_reject
@@ -198,7 +230,9 @@ def simulate(spec: EngineSpec, wl: Workload, steady: bool = True) -> SimResult:
         loop.start()
         end = driver.run((), feedback=True)
     wall = time.perf_counter() - wall0
-    return summarise(spec, wl, col, end, wall, driver.steps)
+    result = summarise(spec, wl, col, end, wall, driver.steps)
+    figures = fleet_figures(spec, driver, end, result.tiers, col.seat_s)
+    return SimResult(result.tiers, result.run, figures) if figures is not None else result
 
 
 def summarise(
@@ -218,6 +252,7 @@ def summarise(
         "completed": sum(t["completed"] for t in tiers.values()),
         "rejected": sum(t["rejected"] for t in tiers.values()),
         "cost_usd": sum(t["cost_usd"] for t in tiers.values()),
+        "prefix_cache_hit_rate": _hit_rate(tiers.values()),
         "mode": "open" if wl.rate is not None else "closed",
         "rate": wl.rate,
         "concurrency": wl.concurrency,
@@ -225,3 +260,9 @@ def summarise(
         "seed": wl.seed,
     }
     return SimResult(tiers, run)
+
+
+def _hit_rate(tiers: Iterable[dict[str, Any]]) -> float | None:
+    """Share of prompt tokens served from the prefix cache, over the tiers given."""
+    prompt = sum(t["prompt_tokens"] for t in tiers)
+    return None if not prompt else sum(t["cached_prompt_tokens"] for t in tiers) / prompt

@@ -1,242 +1,306 @@
-"""Gateway overhead and streaming capacity (issue: OpenAI-compatible gateway).
+"""The streaming hot path against a bare ASGI app, per protocol and ``stream_interval`` (issue 12).
 
-1. Overhead: one spark stream; each token's arrival at a raw-socket client against its modeled
-   time (first token at the modeled TTFT, then one modeled ITL apart): p50 / p99 lag.
-2. Capacity: N concurrent streams (spark at ~1,000 tok/s each, and standard at ~65 tok/s), N
-   doubling, until some stream falls below 95% of its modeled rate; aggregate token events/s
-   and server CPU per token at the largest N that held.
-3. The same sweep against a bare ASGI app (no framework, one shared ticker, pre-encoded chunks)
-   that sends the same chunks at the same rate: the practical ceiling; the ratio is reported.
+For Chat SSE, Responses SSE, the Responses websocket and Anthropic SSE, at ``stream_interval``
+1 and 8 (``[tiers.spark] stream_interval``), on the spark tier (~1,150 tok/s per stream):
 
-Loopback only; every run is bounded. Usage: python bench/gateway_overhead.py [--quick]
+* capacity: N concurrent streams of ``--tokens`` tokens, N doubling; a level is *held* when
+  every stream gets at least 95% of its modeled rate and the median is within 2% of it (rates
+  from the client's arrival times against the stream's own modeled ``time_info``). Reported:
+  the largest N held, events/s there, and at ``--ref`` streams (2x that at interval 8: a load
+  one core carries without saturating, so CPU per token means cost, not 1/throughput) the
+  server's CPU per token;
+* the same for the bare reference (``bench/bare_asgi.py``): one stream of each kind recorded
+  from fastmode is replayed, byte for byte, at the same pace, with nothing else. The ratio of
+  CPU per token is fastmode's cost over the stack's physical limit. Both servers run at once
+  and each level is measured on one, then the other, so both see the machine in one state;
+* first-token latency added by the gateway: a client's time to the first token event minus the
+  modeled time of that event (``time_info``: queue + prefill, plus the interval's wait), p50
+  and p99 over sequential requests on an idle server.
+
+Every reply is the same ``--tokens`` tokens of the mock model's prose, served through a
+``[[scripts]]`` rule so that all protocols stream identical text (the Messages API has no
+``ignore_eos``); the mock model's own prose generation costs extra per token, measured here and
+printed on its own line. The server runs on one core and this client on another (``taskset``
+semantics via ``sched_setaffinity``). Loopback only; every wait is bounded.
+
+Usage: python bench/gateway_overhead.py [--quick] [--tokens N] [--ref N] [--max N]
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import orjson
-from harness import ROOT, cpu_seconds, free_port, stop, wait_healthy
+from harness import (
+    ROOT,
+    cores,
+    cpu_seconds,
+    free_port,
+    pin_self,
+    start_pinned,
+    stop,
+    toml_dumps,
+    wait_healthy,
+)
+from stream_client import PROTOCOLS, Proto, capture, stream
+
+sys.path.insert(0, str(ROOT))
 
 PY = sys.executable
-TOKENS = 1500
-
-BENCH_CONFIG_PATCH = {
-    # large pools so that the gateway, not the modeled engine, is what saturates
-    "spark": ("max_batch = 64", "max_batch = 1024", "occupancy = 0.5", "occupancy = 0.03"),
-    "standard": ("max_batch = 256", "max_batch = 1024", "occupancy = 0.75", "occupancy = 0.19"),
-}
+PROMPT = "fastmode-bench: stream the scripted reply"
+INTERVALS = [1, 8]
+LEVEL_TIMEOUT_S = 180.0
 
 
-def bench_config() -> str:
-    text = (ROOT / "gateway/data/default.toml").read_text()
-    out, section = [], ""
-    for line in text.splitlines():
-        if line.startswith("[deployments."):
-            section = line.strip("[]").split(".")[1]
-        patch = BENCH_CONFIG_PATCH.get(section)
-        if patch:
-            for old, new in zip(patch[::2], patch[1::2], strict=True):
-                if line.startswith(old):
-                    line = new + line[len(old):]
-        out.append(line)
-    return "\n".join(out)
+def bench_config(interval: int, reply: str) -> str:
+    """The built-in config with room for thousands of spark streams, so that the gateway, not
+    the modeled engine, is what saturates; ``stream_interval`` on the spark tier."""
+    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    spark = cfg["deployments"]["spark"]
+    spark.update(max_batch=4096, max_waiting=4096)
+    others = cfg["tiers"]["spark"].get("tenants") or spark.get("background")
+    if others is not None:  # the other tenants: a few, so the bench's streams fit the batch
+        others["occupancy"] = 0.01
+    if interval != 1:  # 1 is the default
+        cfg["tiers"]["spark"]["stream_interval"] = interval
+    server = cfg.setdefault("server", {})
+    server.update(ws_max_connections=100_000, ws_max_connections_per_key=100_000)
+    cfg["scripts"] = [{"match": "^fastmode-bench:", "reply": reply}]
+    return toml_dumps(cfg)
 
 
-async def one_stream(port: int, model: str, tokens: int) -> dict:
-    """POST a streaming chat request over a raw socket; timestamps of every token event."""
-    body = orjson.dumps({
-        "model": model, "stream": True, "max_tokens": tokens, "ignore_eos": True, "seed": 1,
-        "messages": [{"role": "user", "content": "hello"}],
-    })
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    t_send = time.perf_counter()
-    writer.write(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
-    arrivals: list[float] = []
-    tail = b""
-    buf = b""
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            break
-        now = time.perf_counter()
-        n = data.count(b'"content":"') + (tail + data[:12]).count(b'"content":"') - tail.count(
-            b'"content":"')
-        # the role chunk carries "content":"" — not a token
-        n -= data.count(b'"role":"assistant","content":""')
-        arrivals.extend([now] * max(0, n))
-        tail = data[-12:]
-        buf = (buf + data)[-4000:]
-        if b"data: [DONE]" in buf:
-            break
-    writer.close()
-    info = {}
-    for line in buf.split(b"\n"):
-        if b'"time_info"' in line and line.startswith(b"data: "):
-            info = orjson.loads(line[6:])["time_info"]
-    return {"t_send": t_send, "arrivals": arrivals, "time_info": info}
+def prose(tokens: int) -> str:
+    """``tokens`` tokens of the mock model's prose, and what generating it costs per token."""
+    from backends.mockmodel import GenerationRequest, generate
+
+    def req(seed: int) -> GenerationRequest:
+        return GenerationRequest(messages=[{"role": "user", "content": f"hello {seed}"}],
+                                 max_tokens=tokens, ignore_eos=True, seed=seed)
+
+    gen = generate(req(1))
+    t0 = time.perf_counter()
+    for seed in range(20):
+        generate(req(seed))
+    per_token = (time.perf_counter() - t0) / 20 / tokens
+    return gen.text, per_token
 
 
-def lag_stats(r: dict) -> list[float]:
-    info, arr = r["time_info"], r["arrivals"]
-    if len(arr) < 3 or not info:
-        return []
-    itl = info["completion_time"] / (len(arr) - 1)
-    first = r["t_send"] + info["queue_time"] + info["prompt_time"]
-    lags = [a - (first + k * itl) for k, a in enumerate(arr)]
-    base = min(lags)  # request parsing before the engine clock starts is not streaming overhead
-    return [x - base for x in lags]
+# -- one level: N concurrent streams ------------------------------------------------------------
 
-
-def held_rate(r: dict) -> float:
-    """Received tokens/s over modeled tokens/s for one stream, in steady state.
-
-    The first 10% of tokens are left out: all streams of a sweep start at once, and the burst of
-    request parsing delays first tokens, which is TTFT, not streaming rate.
-    """
-    arr, info = r["arrivals"], r["time_info"]
-    if len(arr) < 20 or not info or info["completion_time"] <= 0:
+def rate_ratio(r: dict[str, Any], interval: int) -> float:
+    """Received tokens/s over the modeled rate, after the first 10% of tokens (the start of a
+    level is a burst of request parsing: that is TTFT, not streaming rate)."""
+    series, info, n = r["series"], r["info"], r["tokens"]
+    if not info or n < 20 or info.get("completion_time", 0) <= 0 or not series:
         return 0.0
-    k = len(arr) // 10
-    got = (len(arr) - 1 - k) / max(arr[-1] - arr[k], 1e-9)
-    modeled = (len(arr) - 1) / info["completion_time"]
-    return got / modeled
+    cum, marks = 0, []
+    for t, events in series:
+        cum += events
+        marks.append((t, min(cum * interval, n)))
+    k = next(i for i, (_, c) in enumerate(marks) if c >= n // 10)
+    (t0, c0), (t1, c1) = marks[k], marks[-1]
+    if t1 <= t0:
+        return 0.0
+    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / info["completion_time"])
 
 
-async def sweep(port: int, pid: int, model: str, tokens: int, start: int, limit: int) -> list:
-    rows = []
-    n = start
-    while n <= limit:
-        c0 = cpu_seconds(pid)
-        t0 = time.perf_counter()
-        results = await asyncio.wait_for(
-            asyncio.gather(*(one_stream(port, model, tokens) for _ in range(n))), 120
-        )
-        wall = time.perf_counter() - t0
-        cpu = cpu_seconds(pid) - c0
-        events = sum(len(r["arrivals"]) for r in results)
-        rates = [held_rate(r) for r in results]
-        worst = max(rates, key=lambda x: abs(x - 1.0))
-        rows.append({"streams": n, "worst_rate_ratio": worst, "events_per_s": events / wall,
-                     "cpu_us_per_token": cpu / max(events, 1) * 1e6, "held": 0.95 <= worst <= 1.05})
-        print(f"  {model:<15} n={n:<5} worst stream at {worst:6.1%} of modeled rate, "
-              f"{events / wall:9.0f} events/s, server CPU {cpu / max(events, 1) * 1e6:6.1f} "
-              f"us/token", flush=True)
-        if not 0.95 <= worst <= 1.05:
-            break
-        n *= 2
-    return rows
+async def level(port: int, pid: int, proto: Proto, n: int, tokens: int, interval: int,
+                path: str | None = None) -> dict[str, Any]:
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    results = await asyncio.wait_for(asyncio.gather(*(
+        stream(port, proto, PROMPT, tokens, path) for _ in range(n))), LEVEL_TIMEOUT_S)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
+    got = sum(r["tokens"] for r in results)
+    events = sum(e for r in results for _, e in r["series"])
+    rates = sorted(rate_ratio(r, interval) for r in results)
+    worst, median = rates[0], statistics.median(rates)
+    held = worst >= 0.95 and abs(median - 1.0) <= 0.02 and got == n * tokens
+    return {"streams": n, "held": held, "worst": worst, "median": median,
+            "events_per_s": events / wall, "tokens": got, "cpu_s": cpu, "wall_s": wall,
+            "cpu_us_per_token": cpu / max(got, 1) * 1e6, "core_share": cpu / wall}
 
 
-BARE_APP = r'''
-import asyncio, orjson, sys
-ITL = float(sys.argv[2])
-CHUNK = (b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
-         b'"choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,'
-         b'"finish_reason":null}]}\n\n')
-tick = None
-async def ticker():
-    global tick
-    loop = asyncio.get_running_loop()
-    t = loop.time()
-    while True:
-        tick = loop.create_future()
-        t += ITL
-        await asyncio.sleep(max(0, t - loop.time()))
-        tick.set_result(None)
-async def app(scope, receive, send):
-    global tick
-    if scope["type"] == "lifespan":
-        while True:
-            m = await receive()
-            if m["type"] == "lifespan.startup":
-                asyncio.get_running_loop().create_task(ticker())
-                await send({"type": "lifespan.startup.complete"})
-            else:
-                await send({"type": "lifespan.shutdown.complete"}); return
-    if scope["path"] == "/healthz":
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"}); return
-    body = b""
-    while True:
-        m = await receive(); body += m.get("body", b"")
-        if not m.get("more_body"): break
-    n = orjson.loads(body)["max_tokens"]
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")]})
-    for _ in range(n):
-        await tick
-        await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
-    info = orjson.dumps({"time_info": {"queue_time": 0, "prompt_time": 0,
-                                       "completion_time": (n - 1) * ITL}})
-    await send({"type": "http.response.body", "body": b"data: " + info + b"\n\ndata: [DONE]\n\n"})
-import uvicorn
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", loop="uvloop",
-            http="httptools")
-'''
+class Server:
+    """One server under test: where it listens, its pid (for CPU time), its path per stream."""
+
+    def __init__(self, name: str, port: int, pid: int, paths: dict[str, str] | None) -> None:
+        self.name, self.port, self.pid, self.paths = name, port, pid, paths
+
+    async def level(self, key: str, proto: Proto, n: int, tokens: int,
+                    interval: int) -> dict[str, Any]:
+        path = self.paths[key] if self.paths else None
+        row = await level(self.port, self.pid, proto, n, tokens, interval, path)
+        print(f"    {self.name:<9} {proto.label:<20} interval {interval} n={n:<5} "
+              f"worst {row['worst']:6.1%} median {row['median']:6.1%} "
+              f"{row['events_per_s']:9.0f} events/s {row['cpu_us_per_token']:6.2f} us/token "
+              f"({row['core_share']:4.0%} of a core){'' if row['held'] else '  NOT HELD'}",
+              flush=True)
+        return row
+
+
+async def sweep(servers: list[Server], key: str, proto: Proto, tokens: int, interval: int,
+                ref: int, top: int, retries: int) -> dict[str, dict[str, Any]]:
+    """N = ref/4, ref/2, ref, 2 ref... on each server in turn at every N (so that both see the
+    same machine at nearly the same moment), until a server fails a level at or past ``ref``
+    (``retries`` more tries first: on a shared machine one bad second fails a level)."""
+    rows: dict[str, dict[int, dict[str, Any]]] = {s.name: {} for s in servers}
+    going = list(servers)
+    k = -2
+    while going and (n := max(1, int(ref * 2.0 ** k))) <= top:
+        k += 1
+        for server in list(going):
+            row = await server.level(key, proto, n, tokens, interval)
+            for _ in range(retries if n >= ref else 0):
+                if row["held"]:
+                    break
+                row = await server.level(key, proto, n, tokens, interval)
+            rows[server.name][n] = row
+            if not row["held"] and n >= ref:
+                going.remove(server)
+    out = {}
+    for name, levels in rows.items():
+        held = [r for r in levels.values() if r["held"]]
+        out[name] = {"rows": levels, "ref": levels.get(ref),
+                     "best": max(held, key=lambda r: r["streams"]) if held else None}
+    return out
+
+
+async def first_token(port: int, proto: Proto, interval: int, samples: int) -> list[float]:
+    """Client-observed time to the first token event minus its modeled time, seconds."""
+    out = []
+    for _ in range(samples):
+        r = await stream(port, proto, PROMPT, 64, None)
+        info = r["info"]
+        if not info or not r["series"] or r["tokens"] < 2:
+            continue
+        itl = info["completion_time"] / (r["tokens"] - 1)
+        modeled = info["queue_time"] + info["prompt_time"] + (min(interval, r["tokens"]) - 1) * itl
+        out.append(r["series"][0][0] - r["t_send"] - modeled)
+    return sorted(out)
+
+
+def pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))] if xs else float("nan")
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def ref_for(args: argparse.Namespace, interval: int) -> int:
+    """Where CPU per token is compared: a load one core carries without saturating, so that
+    the figure is a cost, not 1/throughput (twice the streams when events carry several
+    tokens: per-request work, not events, then fills the core)."""
+    return args.ref * min(interval, 2)
+
+
+async def run_interval(args: argparse.Namespace, interval: int, reply: str,
+                       server_core: int | None, results: dict[Any, Any]) -> None:
+    """fastmode with ``stream_interval`` = interval, and the bare app replaying its streams."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = Path(tmp) / "bench.toml"
+        cfg.write_text(bench_config(interval, reply))
+        port = free_port()
+        procs = [start_pinned([PY, "-m", "commands", "serve", "--port", str(port), "--config",
+                               str(cfg), "--ledger", str(Path(tmp) / "ledger.sqlite3"),
+                               "--log-level", "warning"], server_core)]
+        try:
+            wait_healthy(port, procs[0])
+            fast = Server("fastmode", port, procs[0].pid, None)
+            captures: dict[str, Any] = {}
+            for key, proto in PROTOCOLS.items():
+                await stream(port, proto, PROMPT, 50, None)  # warm-up
+                captures[key] = await capture(port, proto, PROMPT, args.tokens, interval)
+            path = Path(tmp) / "captures.json"
+            path.write_bytes(orjson.dumps(captures))
+            itl = statistics.median(c["itl"] for c in captures.values())
+            bare_port = free_port()
+            procs.append(start_pinned([PY, str(ROOT / "bench/bare_asgi.py"), str(bare_port),
+                                       str(path), repr(itl)], server_core))
+            wait_healthy(bare_port, procs[1])
+            bare = Server("bare", bare_port, procs[1].pid, {k: "/" + k for k in PROTOCOLS})
+            for key, proto in PROTOCOLS.items():
+                ttft = await first_token(port, proto, interval, args.ttft_samples)
+                rows = await sweep([fast, bare], key, proto, args.tokens, interval,
+                                   ref_for(args, interval), args.max, args.retries)
+                results[("fastmode", key, interval)] = {**rows["fastmode"], "ttft": ttft}
+                results[("bare", key, interval)] = rows["bare"]
+        finally:
+            stop(*procs)
+
+
+def table(results: dict[Any, Any], args: argparse.Namespace) -> list[str]:
+    lines = [
+        "| protocol | interval | streams held (fastmode / bare) | events/s at the largest held "
+        "| streams compared | CPU µs/token: fastmode / bare | ratio | first token added "
+        "p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, proto in PROTOCOLS.items():
+        for interval in INTERVALS:
+            f, b = results[("fastmode", key, interval)], results[("bare", key, interval)]
+            fb, bb = f["best"], b["best"]
+            fr, br = f["ref"], b["ref"]
+            ratio = fr["cpu_us_per_token"] / br["cpu_us_per_token"] if fr and br else float("nan")
+            ttft = f["ttft"]
+            lines.append(
+                f"| {proto.label} | {interval} | {fb['streams'] if fb else 0} / "
+                f"{bb['streams'] if bb else 0} | {fb['events_per_s'] if fb else 0:,.0f} | "
+                f"{ref_for(args, interval)} | "
+                f"{fr['cpu_us_per_token'] if fr else float('nan'):.2f} / "
+                f"{br['cpu_us_per_token'] if br else float('nan'):.2f} | {ratio:.2f}× | "
+                f"{pct(ttft, 0.5) * 1e3:.2f} / {pct(ttft, 0.99) * 1e3:.2f} ms |")
+    return lines
 
 
 async def main() -> None:
-    quick = "--quick" in sys.argv
-    limit = 256 if quick else 2048
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = Path(tmp) / "bench.toml"
-        cfg.write_text(bench_config())
-        port = free_port()
-        proc = subprocess.Popen(
-            [PY, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_healthy(port, proc)
-            print("1. overhead: one spark stream, token arrival minus modeled time")
-            await one_stream(port, "frontier-spark", 50)  # warm-up
-            r = await one_stream(port, "frontier-spark", TOKENS)
-            lags = sorted(lag_stats(r))
-            p50 = statistics.median(lags) * 1e3
-            p99 = lags[int(0.99 * (len(lags) - 1))] * 1e3
-            print(f"  {len(lags)} tokens: lag p50 {p50:.3f} ms, p99 {p99:.3f} ms")
-            print("2. capacity through fastmode (one uvicorn worker)")
-            spark = await sweep(port, proc.pid, "frontier-spark", TOKENS, 8, limit)
-            std = await sweep(port, proc.pid, "frontier", 200, 64, limit)
-        finally:
-            stop(proc)
-    itl = 1 / 1150
-    port = free_port()
-    bare = subprocess.Popen([PY, "-c", BARE_APP, str(port), str(itl)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_healthy(port, bare)
-        print("3. the same chunks from a bare ASGI app (the practical ceiling)")
-        bare_rows = await sweep(port, bare.pid, "bare", TOKENS, 8, limit)
-    finally:
-        stop(bare)
-
-    def best(rows: list) -> dict:
-        held = [r for r in rows if r["held"]]
-        return held[-1] if held else {"streams": 0, "events_per_s": 0, "cpu_us_per_token": 0}
-
-    s, b, t = best(spark), best(bare_rows), best(std)
-    print("\nsummary")
-    print(f"  overhead p50 {p50:.3f} ms, p99 {p99:.3f} ms per token (spark, one stream)")
-    print(f"  spark: {s['streams']} streams held, {s['events_per_s']:.0f} events/s, "
-          f"{s['cpu_us_per_token']:.1f} us CPU/token")
-    print(f"  standard: {t['streams']} streams held, {t['events_per_s']:.0f} events/s")
-    print(f"  bare ASGI: {b['streams']} streams held, {b['events_per_s']:.0f} events/s, "
-          f"{b['cpu_us_per_token']:.1f} us CPU/token")
-    if b["events_per_s"]:
-        print(f"  fastmode / bare ASGI events/s at capacity: "
-              f"{s['events_per_s'] / b['events_per_s']:.2f}")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="shorter streams, fewer levels")
+    ap.add_argument("--tokens", type=int, default=None, help="tokens per stream")
+    ap.add_argument("--ref", type=int, default=None,
+                    help="streams at which CPU per token is compared")
+    ap.add_argument("--max", type=int, default=None, help="largest N tried")
+    ap.add_argument("--ttft-samples", type=int, default=None)
+    ap.add_argument("--intervals", type=int, nargs="+", default=INTERVALS)
+    ap.add_argument("--retries", type=int, default=None,
+                    help="more tries of a level that failed (default: 0 quick, 1 full)")
+    args = ap.parse_args()
+    INTERVALS[:] = args.intervals
+    args.tokens = args.tokens or (400 if args.quick else 1000)
+    args.ref = args.ref or 50
+    args.max = args.max or (400 if args.quick else 6400)
+    args.ttft_samples = args.ttft_samples or (15 if args.quick else 60)
+    if args.retries is None:
+        args.retries = 0 if args.quick else 1
+    cpus = cores()
+    server_core, client_core = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+    pin_self(client_core)
+    print(f"server on core {server_core}, client on core {client_core}; {args.tokens} tokens "
+          f"per stream", flush=True)
+    reply, gen_cost = prose(args.tokens + 50)
+    results: dict[Any, Any] = {}
+    started = time.perf_counter()
+    for interval in INTERVALS:
+        print(f"stream_interval = {interval}: fastmode, then the bare app replaying its streams "
+              "(the same events at the same pace), level by level", flush=True)
+        await run_interval(args, interval, reply, server_core, results)
+    print(f"\nsummary ({time.perf_counter() - started:.0f} s)")
+    for line in table(results, args):
+        print(line)
+    print(f"\nmock prose generation (not in the figures above: replies are scripted): "
+          f"{gen_cost * 1e6:.2f} us/token")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        import uvloop  # the client's own cost per event is what limits how many streams it reads
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())

@@ -74,3 +74,67 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- one core each: the server on one, the client on the other ------------------------------
+
+def cores() -> list[int]:
+    """The CPUs this process may run on, sorted."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def pin_self(core: int | None) -> None:
+    """Run this process (the client) on ``core`` only; None leaves it as it is."""
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+
+
+def start_pinned(argv: list[str], core: int | None) -> subprocess.Popen:
+    """A server process bound to ``core`` from its first instruction (threads included)."""
+    def pin() -> None:
+        if core is not None:
+            os.sched_setaffinity(0, {core})
+
+    return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=pin)
+
+
+# -- config files ---------------------------------------------------------------------------
+
+def toml_dumps(data: dict, prefix: str = "") -> str:
+    """TOML for what ``tomllib`` reads from fastmode's config (tables, arrays of tables,
+    scalars, lists of scalars), so a bench can patch the built-in config by key, not by text."""
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and not _tables(v)}
+    lines = [f"{_key(k)} = {_value(v)}" for k, v in scalars.items()]
+    out = ([f"[{prefix}]"] if prefix and (lines or not data) else []) + lines
+    for k, v in data.items():
+        name = f"{prefix}.{_key(k)}" if prefix else _key(k)
+        if isinstance(v, dict):
+            out.append(toml_dumps(v, name))
+        elif _tables(v):
+            for item in v:
+                out.append(f"[[{name}]]")
+                out.append(toml_dumps(item, "").strip())
+    return "\n".join(line for line in out if line) + "\n"
+
+
+def _tables(v: object) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+
+
+def _key(k: str) -> str:
+    return k if k.replace("-", "").replace("_", "").isalnum() else _value(k)
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")

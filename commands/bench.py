@@ -21,7 +21,7 @@ from clients.bench_run import (
 )
 from clients.load_config import ARRIVALS, TRANSPORTS, LoadConfig, LoadError, parse_headers
 from clients.report import report_renderables, write_json
-from clients.scenarios import DEFAULT_SHARES, SCENARIOS, parse_shares, sweep_table
+from clients.scenarios import DEFAULT_SHARES, SCENARIOS, SWEEP_RATE, parse_shares, sweep_table
 from clients.simcompare import SimError
 from clients.stats import Price, parse_price_table
 from clients.trace_reader import TraceError, read_trace
@@ -102,7 +102,9 @@ def register(sub: argparse._SubParsersAction[Any]) -> None:
     g.add_argument("--compare-sim", action="store_true",
                    help="also run fastmode simulate on the same workload; show both")
     g.add_argument("--sim-config", help="config file for --compare-sim (as the server's)")
-    g.add_argument("--scenario", choices=SCENARIOS, help="run a built-in scenario instead")
+    g.add_argument("--scenario", choices=SCENARIOS,
+                   help=f"run a built-in scenario instead (fast-share: the load once per fast "
+                        f"share; without --rate/--concurrency, {SWEEP_RATE:g} req/s)")
     g.add_argument("--shares", default=",".join(f"{100 * s:g}" for s in DEFAULT_SHARES),
                    help="fast-share sweep points, percent (default 0,10,25,50)")
     p.set_defaults(func=run)
@@ -136,6 +138,8 @@ def _prices(text: str | None) -> dict[str, Price] | None:
 def build_plan(args: argparse.Namespace) -> BenchPlan:
     """Flags -> plan, checked in the order the flags are documented."""
     routes = parse_routes(args.tier, args.model)
+    if args.scenario and args.rate is None and args.concurrency is None and not args.trace:
+        args.rate = SWEEP_RATE  # the README's `bench --scenario fast-share` needs no load flag
     replay = bool(args.trace) and args.rate is None and args.concurrency is None
     requests = args.requests
     if requests is None and args.duration is None and not args.trace:

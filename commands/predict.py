@@ -7,6 +7,7 @@ from typing import Any
 
 from backends.predict import PredictError, predict_placement, predict_tier
 from backends.profiles import Catalog
+from backends.reasoning import EFFORTS
 
 from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
 
@@ -25,6 +26,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chips", type=int, help="chips in one replica")
     p.add_argument("--precision", default="bf16", help="weight precision (default bf16)")
     p.add_argument("--batch", type=int, default=1, help="sequences decoding together")
+    p.add_argument("--kv-precision", help="KV-cache precision (default: the model's, else the "
+                   "weights'; fp8 halves KV bytes)")
+    p.add_argument("--max-batch", type=int, default=256,
+                   help="sequences a replica runs at once (placement; default 256)")
     p.add_argument("--tier", help="a tier of the config, under its background load")
     p.add_argument("--config", help="config file (default: the built-in one)")
     p.add_argument("--prompt-tokens", type=int, default=2000)
@@ -32,22 +37,92 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--max-batched-tokens", type=int, default=8192, help="per-step token budget (placement)"
     )
+    p.add_argument(
+        "--reasoning-effort", choices=[*EFFORTS, "all"],
+        help="with --tier: the model thinks this long first (its median for the effort; 'all' "
+        "prints every effort); the first visible token comes that many tokens later",
+    )
+    p.add_argument("--reasoning-tokens", type=int,
+                   help="reasoning tokens before the visible reply (any mode)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    if args.reasoning_effort is not None and args.tier is None:
+        raise UsageError("reasoning-effort: needs --tier (the tier's model says how long each "
+                         "effort thinks); give --reasoning-tokens for a placement")
+    if args.reasoning_effort is not None and args.reasoning_tokens is not None:
+        raise UsageError("reasoning-tokens: give --reasoning-effort or --reasoning-tokens")
+    if args.reasoning_tokens is not None and args.reasoning_tokens < 0:
+        raise UsageError(f"reasoning-tokens: must be >= 0, got {args.reasoning_tokens}")
+    if args.reasoning_effort == "all":
+        return _effort_table(args)
     try:
-        if args.tier is not None:
-            out = _predict_tier(args)
-        else:
-            out = _predict_placement(args)
+        thought = _reasoning_tokens(args)
+        out = _predict(args, thought)
     except PredictError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
         print_json(out)
     else:
         print_prediction(out)
+    return 0
+
+
+def _predict(args: argparse.Namespace, thought: int) -> dict[str, Any]:
+    """The prediction of one request that thinks ``thought`` tokens before its visible reply:
+    the engine generates them first at the tier's speed, so the first visible token is
+    ``thought`` inter-token latencies after the first token."""
+    visible = args.output_tokens
+    args.output_tokens = visible + thought
+    try:
+        out = _predict_tier(args) if args.tier is not None else _predict_placement(args)
+    finally:
+        args.output_tokens = visible
+    out["output_tokens"] = visible
+    out["reasoning_effort"] = args.reasoning_effort
+    out["reasoning_tokens"] = thought
+    out["ttft_visible_s"] = out["ttft_s"] + thought * out["itl_s"]
+    return out
+
+
+def _reasoning_tokens(args: argparse.Namespace, effort: str | None = None) -> int:
+    effort = effort or args.reasoning_effort
+    if effort is None:
+        return int(args.reasoning_tokens or 0)
+    spec, _ = load_engine(args.config)
+    if args.tier not in spec.tiers:
+        raise UsageError(f"tier: unknown {args.tier!r}; allowed: {', '.join(sorted(spec.tiers))}")
+    profile = spec.tiers[args.tier].behavior.reasoning
+    if effort != "none" and not profile.enabled:
+        raise UsageError(f"reasoning-effort: the model of tier {args.tier!r} does not reason "
+                         "([behavior] reasoning = false)")
+    return profile.median(effort)
+
+
+def _effort_table(args: argparse.Namespace) -> int:
+    """Visible TTFT at every effort the tier's model supports."""
+    rows = []
+    try:
+        for effort in EFFORTS:
+            args.reasoning_effort = effort
+            rows.append(_predict(args, _reasoning_tokens(args, effort)))
+    except (PredictError, UsageError) as exc:
+        if not rows:
+            raise UsageError(str(exc)) from None
+    args.reasoning_effort = "all"
+    if args.json:
+        print_json({"tier": args.tier, "efforts": rows})
+        return 0
+    con = console()
+    con.print(f"tier {args.tier}: time to the first visible token by reasoning effort "
+              f"({args.prompt_tokens} in / {args.output_tokens} visible out)")
+    t = table(["effort", "reasoning tokens", "TTFT (first token)", "visible TTFT", "end to end"])
+    for o in rows:
+        t.add_row(o["reasoning_effort"], f"{o['reasoning_tokens']:,}", fmt_s(o["ttft_s"]),
+                  fmt_s(o["ttft_visible_s"]), fmt_s(o["e2e_s"]))
+    con.print(t)
     return 0
 
 
@@ -84,6 +159,8 @@ def _predict_placement(args: argparse.Namespace) -> dict[str, Any]:
         args.prompt_tokens,
         args.output_tokens,
         args.max_batched_tokens,
+        kv_precision=args.kv_precision,
+        max_batch=args.max_batch,
     )
 
 
@@ -105,6 +182,10 @@ def print_prediction(o: dict[str, Any]) -> None:
     t = table(["", "value"])
     t.add_row("request", f"{o['prompt_tokens']} in / {o['output_tokens']} out")
     t.add_row("time to first token", fmt_s(o["ttft_s"]))
+    if o.get("reasoning_tokens"):
+        how = o["reasoning_effort"] or "given"
+        t.add_row("reasoning tokens", f"{o['reasoning_tokens']:,} ({how})")
+        t.add_row("time to first visible token", fmt_s(o["ttft_visible_s"]))
     t.add_row("inter-token latency", fmt_s(o["itl_s"]))
     t.add_row("end to end", fmt_s(o["e2e_s"]))
     t.add_row("output tok/s per user", fmt_n(o["output_tokens_per_s_per_user"]))

@@ -1,10 +1,24 @@
-"""``fastmode serve``: run the gateway with uvicorn (uvloop + httptools)."""
+"""``fastmode serve``: run the gateway with uvicorn (uvloop + httptools).
+
+Everything that can fail fails before the banner: the config (and the command-line overrides)
+is validated, and the listening socket is bound, so a bad port or a busy one is a one-line
+error with exit status 2, never a banner followed by a failure or a hang. SIGTERM drains the
+gateway gracefully (``gateway.shutdown``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import socket
 
-from gateway.config import Config, load_config
+from pydantic import ValidationError
+
+from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
+
+
+class UsageError(Exception):
+    """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
+    p.add_argument("--ledger", help="usage ledger / state file (SQLite; default: config "
+                   "[state] path, fastmode-ledger.sqlite3 in the working directory)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="worker processes on the one port, each owning a share of every "
+                   "deployment's replicas (default 1; see docs/deployment.md)")
     p.set_defaults(func=run)
 
 
@@ -39,43 +58,117 @@ def describe(config: Config) -> list[str]:
     return lines
 
 
-def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from gateway.app import create_app
-    from gateway.websocket import MAX_FRAME_BYTES
-
+def configure(args: argparse.Namespace) -> Config:
+    """The config with the command-line overrides, validated like the file itself."""
     config = load_config(args.config)
-    server = config.server
-    updates = {}
+    updates: dict[str, object] = {}
     if args.host:
         updates["host"] = args.host
     if args.port is not None:
         updates["port"] = args.port
     if args.emulate_rtt_ms is not None:
         updates["emulate_rtt_ms"] = args.emulate_rtt_ms
-    if updates:
-        config = config.model_copy(update={"server": server.model_copy(update=updates)})
+    try:
+        server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
+        state = config.state
+        if args.ledger:
+            state = StateConfig.model_validate({**state.model_dump(), "path": args.ledger})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = ".".join(str(p) for p in err["loc"])
+        flag = {"port": "--port", "host": "--host", "emulate_rtt_ms": "--emulate-rtt-ms",
+                "path": "--ledger"}.get(name, name)
+        raise UsageError(f"{flag}: {err['msg']}") from None
+    check_ledger(state.path, state.redis_url)
+    return config.model_copy(update={"server": server, "state": state})
+
+
+def check_ledger(path: str, redis_url: str = "") -> None:
+    """Open the ledger file now (and close it): an unwritable path is a one-line error before
+    the banner, not a failure of the app's start-up after it."""
+    import sqlite3
+    from pathlib import Path
+
+    if redis_url:
+        return  # the state is in Redis (gateway.state): nothing to open here
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+    except (OSError, sqlite3.Error) as exc:
+        raise UsageError(f"--ledger: cannot open {path}: {exc}") from None
+
+
+def bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
+    """The listening socket, bound now (uvicorn gets it already bound). ``send_buffer``
+    (``server.socket_send_buffer_bytes``) is inherited by every accepted connection."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+    try:
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    from gateway.app import create_app
+    from gateway.workers.server import serve
+
+    config = configure(args)
     server = config.server
-    base = f"http://{server.host}:{server.port}"
+    if args.workers != 1:
+        return run_workers(args, config)
+    try:
+        app = create_app(config)  # builds the engine: a config the physics rejects fails here
+    except ValueError as exc:
+        raise ConfigError(f"config: {exc}") from None
+    sock = bind(server.host, server.port, server.socket_send_buffer_bytes)
+    port = sock.getsockname()[1]
+    base = f"http://{server.host}:{port}"
     print("fastmode gateway — tiers:")
     for line in describe(config):
         print(line)
     print(f"  OpenAI base_url:      {base}/v1        (standard; model frontier-spark -> spark)")
     print(f"  fast endpoints:       {base}/fast/v1   (every request on the fast tier)")
-    print(f"  websocket:            ws://{server.host}:{server.port}/v1/responses")
-    print(f"  metrics:              {base}/metrics", flush=True)
-    app = create_app(config)
-    uvicorn.run(
-        app,
-        host=server.host,
-        port=server.port,
-        log_level=args.log_level,
-        loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",  # the legacy "websockets" implementation is deprecated
-        ws_per_message_deflate=False,  # token frames are tiny: deflate only adds latency
-        ws_max_size=MAX_FRAME_BYTES,  # larger frames are refused (close 1009), not buffered
-        timeout_graceful_shutdown=30,
-    )
+    print(f"  websocket:            ws://{server.host}:{port}/v1/responses")
+    print(f"  metrics:              {base}/metrics")
+    print(f"  dashboard:            {base}/dashboard   (the buses filling, live)")
+    print(f"  usage ledger:         {config.state.path}", flush=True)
+    serve(app, config, [sock], args.log_level)  # uvicorn with the gateway's settings
     return 0
+
+
+def run_workers(args: argparse.Namespace, config: Config) -> int:
+    """``--workers N``: N processes on one port, each replica in exactly one of them."""
+    from gateway.app import create_app
+    from gateway.workers import Supervisor, WorkersError
+    from gateway.workers import describe as describe_workers
+
+    try:
+        create_app(config)  # a config the physics rejects fails here, before any worker
+        supervisor = Supervisor(config, args.workers, args.log_level)
+    except WorkersError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise ConfigError(f"config: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {config.server.host}:{config.server.port}: "
+                         f"{exc.strerror}") from None
+    base = f"http://{config.server.host}:{supervisor.port}"
+    print(f"fastmode gateway — {args.workers} workers on {base} (SO_REUSEPORT); tiers:")
+    for line in describe(config):
+        print(line)
+    for line in describe_workers(supervisor.configs):
+        print(line)
+    print(f"  OpenAI base_url:      {base}/v1", flush=True)
+    return supervisor.run()

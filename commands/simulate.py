@@ -12,10 +12,13 @@ import sys
 from typing import Any
 
 from backends.engine import EngineSpec
+from backends.reasoning import EFFORTS
 from backends.simulate import Workload, simulate
 from workload import ARRIVAL_KINDS, DIST_KINDS, LengthDist, WorkloadError, parse_mix
 
 from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
+from ._sweep import add_arguments as add_sweep_arguments
+from ._sweep import print_fleet, run_sweep
 
 DEFAULT_MIX = {"standard": 0.7, "fast": 0.2, "spark": 0.1}
 
@@ -46,10 +49,21 @@ def register(subparsers: Any) -> None:
         "--mix", help="tier shares, e.g. standard=0.7,fast=0.2,spark=0.1 (the default)"
     )
     s.add_argument("--seed", type=int, default=1)
+    s.add_argument("--shared-prefix-tokens", type=int, default=0,
+                   help="a system prompt of N tokens every request starts with (prefix cache)")
+    s.add_argument("--turns", type=int, default=1,
+                   help="closed loop: each user's requests are turns of conversations this "
+                   "long, each prompt carrying the conversation so far (prefix cache)")
     s.add_argument(
         "--arrivals", default="poisson", help=f"open loop: {' or '.join(ARRIVAL_KINDS)}"
     )
+    s.add_argument(
+        "--reasoning-effort", choices=EFFORTS,
+        help="every reply thinks first, as long as its tier's model does at this effort "
+        "(--output-tokens stays the visible part); adds the visible TTFT rows",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON object")
+    add_sweep_arguments(s)  # --scenario fast-share, --shares, --fleet (commands._sweep)
     s.set_defaults(func=cmd_simulate)
 
 
@@ -104,6 +118,9 @@ def build_workload(args: argparse.Namespace, spec: EngineSpec) -> Workload:
             requests=args.requests,
             arrivals=args.arrivals,
             seed=args.seed,
+            shared_prefix_tokens=args.shared_prefix_tokens,
+            turns=args.turns,
+            reasoning_effort=args.reasoning_effort,
         )
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
@@ -112,14 +129,17 @@ def build_workload(args: argparse.Namespace, spec: EngineSpec) -> Workload:
 def cmd_simulate(args: argparse.Namespace) -> int:
     spec, _ref = load_engine(args.config)
     wl = build_workload(args, spec)
+    if args.scenario == "fast-share":
+        return run_sweep(args, spec, wl)
     try:
-        result = simulate(spec, wl)
+        result = simulate(spec, wl, fleet_mode=args.fleet)
     except WorkloadError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
         print_json(result.to_dict())
         return 0
     print_simulation(result.to_dict())
+    print_fleet(result.fleet)
     run = result.run
     print(
         f"simulated {run['simulated_s']:.1f} s in {run['wall_s']:.2f} s of wall time; "
@@ -157,7 +177,12 @@ def print_simulation(res: dict[str, Any]) -> None:
             else ""
         ),
     )
-    for key, label in (("ttft_s", "TTFT"), ("itl_s", "ITL"), ("e2e_s", "end to end")):
+    keys = [("ttft_s", "TTFT")]
+    if any(d.get("reasoning_tokens") for d in tiers.values()):
+        keys.append(("ttft_visible_s", "visible TTFT"))
+        row("reasoning tokens / request", lambda d: fmt_n(
+            d["reasoning_tokens"] / d["completed"] if d["completed"] else None, 0))
+    for key, label in (*keys, ("itl_s", "ITL"), ("e2e_s", "end to end")):
         for q in ("p50", "p90", "p99"):
             row(f"{label} {q}", lambda d, key=key, q=q: fmt_s(d[key][q]))
     row("tok/s per user p50", lambda d: fmt_n(d["output_tokens_per_s_per_user_p50"]))
@@ -166,9 +191,14 @@ def print_simulation(res: dict[str, Any]) -> None:
         "mean batch / max (bg)",
         lambda d: f"{d['mean_batch']:.1f} / {d['max_batch']} ({d['background_seqs']})",
     )
+    row("prefix-cache hit rate", lambda d: fmt_pct(d.get("prefix_cache_hit_rate")))
     row("cost USD", lambda d: f"{d['cost_usd']:,.2f}")
     con.print(t)
     print(
         f"total: {run['requests']:,} requests, {run['rejected']:,} rejected, "
         f"${run['cost_usd']:,.2f} over {run['simulated_s']:.1f} simulated s"
     )
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"

@@ -15,56 +15,131 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
-from . import netem, protocols
+from . import admin, dashboard, health, ledger, netem, protocols, responses_api, vllm_metrics
 from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
 from .ids import new_id
+from .limits import BodyLimit
+from .protocols.anthropic_messages import count_tokens
 from .remote import RemoteTiers
 from .response_store import ResponseStore
-from .turn import http_endpoint, internal_error, json_response
+from .shutdown import Shutdown
+from .state import StateBackend
+from .turn import internal_error
+from .turn_http import RAW_SEND, http_endpoint, json_response
+from .watchdog import Watchdog
 from .websocket import add_routes as add_websocket_routes
 
 log = logging.getLogger("fastmode.app")
 
 
-def create_app(config: Config | None = None) -> FastAPI:
+class _QuietCuts(logging.Filter):
+    """Streams the gateway ends on purpose (a ``cut`` fault, a stalled reader) end without
+    their last chunk; uvicorn logs that as an error. The gateway logs its own line for each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "returned without completing response" not in record.getMessage()
+
+
+class _App(FastAPI):
+    """FastAPI with the server's own ``send`` in each scope (``RAW_SEND``), for the streaming
+    hot path: one dict store per request saves three wrapper calls per token event."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
     config = config or load_config()
-    gateway = Gateway(config)
+    gateway = Gateway(config, state)
     remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
+    watchdog = Watchdog(gateway)
+    shutdown = Shutdown(gateway)
+    logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
+        vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
+        watchdog.start()
         yield
-        await remote.stop()
-        await gateway.stop()
+        await watchdog.stop()
+        await remote.stop(config.server.shutdown_grace_s)
+        await gateway.stop(config.server.shutdown_grace_s)
 
-    app = FastAPI(title="fastmode", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = _App(title="fastmode", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = gateway
-    app.state.responses = ResponseStore()
+    app.state.responses = ResponseStore(gateway.state)
     app.state.remote = remote
+    app.state.watchdog = watchdog
+    app.state.shutdown = shutdown
     _error_handlers(app)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return json_response({"status": "ok", "tiers": list(gateway.spec.tiers)})
+    app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
+    health.add_routes(app, gateway)
+    dashboard.add_routes(app, gateway)  # /dashboard: the live view (gateway/dashboard)
+    ledger.add_routes(app, gateway.state)
+    if config.admin.enabled:
+        admin.add_routes(app, gateway)
 
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
         _model_routes(app, gateway, prefix, fast)
         for path, protocol in protocols.ENDPOINTS.items():
-            app.add_api_route(prefix + path, http_endpoint(protocol, fast), methods=["POST"])
+            app.add_api_route(prefix + path, http_endpoint(protocol, fast), methods=["POST"],
+                              openapi_extra=_request_body(protocol.schema, bodies,
+                                                          gateway.models))
+    _openapi_with_bodies(app, bodies)
     network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
+    responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items
+    count_tokens.add_routes(app)  # POST /v1/messages/count_tokens
     return app
+
+
+def _request_body(model: type[BaseModel], defs: dict[str, Any],
+                  models: list[str]) -> dict[str, Any]:
+    """The route's request body as its pydantic model describes it, with the served model
+    ids. The endpoints read the raw body themselves (so a bad one is the protocol's own 400,
+    not FastAPI's 422); this only tells ``/openapi.json`` — and schema-driven fuzzers — what
+    they accept."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    defs.update(schema.pop("$defs", {}))
+    if "model" in schema.get("properties", {}):  # any string is a 404 unless it is routed
+        schema["properties"]["model"] = {
+            "title": "Model", "type": "string", "enum": models,
+            "description": "A model id of [routes] in the config (GET /v1/models)."}
+    defs[model.__name__] = schema
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+def _openapi_with_bodies(app: FastAPI, defs: dict[str, Any]) -> None:
+    plain = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = plain()
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(defs)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _answer(path: str, error: APIError) -> Response:
+    return protocols.for_path(path).error_response(error, new_id("req"))
 
 
 def _error_handlers(app: FastAPI) -> None:

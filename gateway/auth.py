@@ -2,16 +2,20 @@
 
 Limits are token buckets per (key, tier): a bucket holds one minute's allowance and refills
 continuously, the way providers' ``x-ratelimit-*`` headers describe them. The fast tier has its
-own bucket, so fast traffic does not eat the standard allowance.
+own bucket, so fast traffic does not eat the standard allowance. Buckets live in the shared
+state (``gateway.state``); every refusal (401/403/429) is reported to ``on_reject`` (metrics).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from .config import ApiKey, AuthConfig
 from .errors import APIError, retry_headers
+from .state import StateBackend, Take
 
 
 @dataclass
@@ -36,7 +40,6 @@ class Bucket:
 @dataclass
 class Principal:
     key: ApiKey
-    buckets: dict[str, tuple[Bucket | None, Bucket | None]] = field(default_factory=dict)
 
 
 def _duration(seconds: float) -> str:
@@ -49,10 +52,21 @@ def _duration(seconds: float) -> str:
 
 
 class Authenticator:
-    def __init__(self, config: AuthConfig, clock=time.monotonic) -> None:
+    def __init__(self, config: AuthConfig, clock=time.monotonic,
+                 state: StateBackend | None = None,
+                 on_reject: Callable[[int, str], None] | None = None) -> None:
         self.enabled = config.enabled
         self.clock = clock
         self._keys = {k.key: Principal(k) for k in config.keys}
+        # buckets live in the shared state (gateway.state) so several processes share limits
+        self.state = state
+        self._local: dict[str, Bucket] = {}
+        self.on_reject = on_reject  # (status, tier) -> None: counted in /metrics
+
+    def _reject(self, error: APIError, tier: str = "") -> APIError:
+        if self.on_reject is not None:
+            self.on_reject(error.status, tier)
+        return error
 
     def authenticate(self, authorization: str | None) -> Principal | None:
         if not self.enabled:
@@ -65,81 +79,107 @@ class Authenticator:
         principal = self._keys.get(token.strip())
         if principal is None:
             shown = (token[:3] + "***" + token[-4:]) if len(token) > 8 else "***"
-            raise APIError(
+            raise self._reject(APIError(
                 401,
                 f"Incorrect API key provided: {shown}." if token else
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.",
                 code="invalid_api_key",
-            )
+            ))
         return principal
 
-    def check(self, principal: Principal | None, tier: str, tokens: int) -> dict[str, str]:
-        """Take one request and ``tokens`` from the tier's buckets; 403/429 when not allowed.
+    def _take(self, name: str, amount: float, per_minute: float, now: float) -> Take:
+        rate = per_minute / 60.0
+        if self.state is not None:
+            return self.state.take(name, amount, rate, per_minute, now)
+        b = self._local.get(name)
+        if b is None:
+            b = self._local[name] = Bucket(per_minute, per_minute, now)
+        b.refill(now)
+        if amount <= b.level:
+            b.level -= amount
+            return Take(True, b.level, b.reset_in())
+        return Take(False, b.level, b.reset_in(), b.wait_for(amount))
 
-        Returns the ``x-ratelimit-*`` headers to send.
+    def check(self, principal: Principal | None, tier: str, tokens: int,
+              input_tokens: int | None = None, output_tokens: int = 0,
+              fast: bool = False) -> dict[str, str]:
+        """Take one request and ``tokens`` (and, when the key limits them apart, the input and
+        output tokens: Anthropic's ITPM / OTPM) from the tier's buckets; 403/429 when not
+        allowed. ``fast``: the tier is a fast mode (Anthropic's own fast-mode limits).
+
+        Returns the rate-limit headers to send: OpenAI's ``x-ratelimit-*`` and Anthropic's
+        ``anthropic-ratelimit-*`` (``anthropic-fast-*`` for a fast tier's input and output
+        tokens); each protocol keeps its own (``Protocol.limit_headers``).
         """
         if principal is None:
             return {}
         key = principal.key
         if key.tiers and tier not in key.tiers:
-            raise APIError(
+            raise self._reject(APIError(
                 403,
                 f"This API key may not use the {tier} tier (allowed: {', '.join(key.tiers)}).",
                 code="tier_not_allowed",
-            )
+            ), tier)
         limit = key.limits.get(tier)
         if limit is None:
             return {}
         now = self.clock()
-        if tier not in principal.buckets:
-            principal.buckets[tier] = (
-                Bucket(limit.requests_per_minute, limit.requests_per_minute, now)
-                if limit.requests_per_minute else None,
-                Bucket(limit.tokens_per_minute, limit.tokens_per_minute, now)
-                if limit.tokens_per_minute else None,
-            )
-        req_b, tok_b = principal.buckets[tier]
-        for b in (req_b, tok_b):
-            if b is not None:
-                b.refill(now)
-        wait = max(
-            req_b.wait_for(1) if req_b else 0.0,
-            tok_b.wait_for(tokens) if tok_b else 0.0,
-        )
-        if tok_b is not None and tokens > tok_b.capacity:
-            raise APIError(
-                429,
-                f"Request too large for {tier}: {tokens} tokens, limit "
-                f"{int(tok_b.capacity)} per minute.",
-                code="rate_limit_exceeded",
-                type="tokens",
-                headers=self._headers(req_b, tok_b),
-            )
+        base = f"ratelimit|{key.key}|{tier}|"
+        wanted = [(kind, per, amount) for kind, per, amount in (
+            ("requests", limit.requests_per_minute, 1),
+            ("tokens", limit.tokens_per_minute, tokens),
+            ("input-tokens", limit.input_tokens_per_minute,
+             tokens if input_tokens is None else input_tokens),
+            ("output-tokens", limit.output_tokens_per_minute, output_tokens),
+        ) if per]
+        # peek every bucket (amount 0) so that a refusal by one spends nothing from the others
+        peek = {kind: self._take(base + kind, 0, per, now) for kind, per, _ in wanted}
+        for kind, per, amount in wanted:
+            if kind != "requests" and amount > per:
+                raise self._reject(APIError(
+                    429,
+                    f"Request too large for {tier}: {amount} {kind.replace('-', ' ')}, limit "
+                    f"{per} per minute.",
+                    code="rate_limit_exceeded",
+                    type="tokens",
+                    headers=self._headers(wanted, peek, fast),
+                ), tier)
+        waits = {kind: max(0.0, (amount - peek[kind].remaining) * 60 / per)
+                 for kind, per, amount in wanted}
+        wait = max(waits.values(), default=0.0)
         if wait > 0:
-            kind = "requests" if req_b and req_b.wait_for(1) > 0 else "tokens"
-            raise APIError(
+            kind = next(k for k, w in waits.items() if w > 0)
+            raise self._reject(APIError(
                 429,
-                f"Rate limit reached for {tier} on {kind} per minute. "
+                f"Rate limit reached for {tier} on {kind.replace('-', ' ')} per minute. "
                 f"Please try again in {_duration(wait)}.",
                 code="rate_limit_exceeded",
-                type=kind,
-                headers={**self._headers(req_b, tok_b), **retry_headers(wait)},
-            )
-        if req_b:
-            req_b.level -= 1
-        if tok_b:
-            tok_b.level -= tokens
-        return self._headers(req_b, tok_b)
+                type="requests" if kind == "requests" else "tokens",
+                headers={**self._headers(wanted, peek, fast), **retry_headers(wait)},
+            ), tier)
+        taken = {kind: self._take(base + kind, amount, per, now) for kind, per, amount in wanted}
+        return self._headers(wanted, taken, fast)
 
     @staticmethod
-    def _headers(req_b: Bucket | None, tok_b: Bucket | None) -> dict[str, str]:
+    def _headers(wanted: list[tuple[str, int, int]], takes: dict[str, Take],
+                 fast: bool) -> dict[str, str]:
         h: dict[str, str] = {}
-        if req_b is not None:
-            h["x-ratelimit-limit-requests"] = str(int(req_b.capacity))
-            h["x-ratelimit-remaining-requests"] = str(max(0, int(req_b.level)))
-            h["x-ratelimit-reset-requests"] = _duration(req_b.reset_in())
-        if tok_b is not None:
-            h["x-ratelimit-limit-tokens"] = str(int(tok_b.capacity))
-            h["x-ratelimit-remaining-tokens"] = str(max(0, int(tok_b.level)))
-            h["x-ratelimit-reset-tokens"] = _duration(tok_b.reset_in())
+        now = time.time()
+        for kind, per, _ in wanted:
+            t = takes[kind]
+            remaining = str(max(0, int(t.remaining)))
+            if kind in ("requests", "tokens"):
+                h[f"x-ratelimit-limit-{kind}"] = str(per)
+                h[f"x-ratelimit-remaining-{kind}"] = remaining
+                h[f"x-ratelimit-reset-{kind}"] = _duration(t.reset_s)
+            # Anthropic: the reset is an RFC 3339 time; a fast mode has its own token limits
+            prefix = ("anthropic-fast" if fast and kind in ("input-tokens", "output-tokens")
+                      else "anthropic-ratelimit")
+            h[f"{prefix}-{kind}-limit"] = str(per)
+            h[f"{prefix}-{kind}-remaining"] = remaining
+            h[f"{prefix}-{kind}-reset"] = _rfc3339(now + t.reset_s)
         return h
+
+
+def _rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

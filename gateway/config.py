@@ -27,16 +27,110 @@ class ServerConfig(Strict):
     emulate_rtt_ms: float = Field(0.0, ge=0)
     max_connection_age_s: float = Field(3600.0, gt=0)
     default_max_tokens: int = Field(4096, gt=0)
+    max_queue_wait_s: float = Field(20.0, gt=0)  # modeled queue wait beyond which: overload
+    stream_max_lag_s: float = Field(30.0, gt=0)  # a reader further behind is cut
+    shutdown_grace_s: float = Field(30.0, ge=0)  # SIGTERM: in-flight streams get this long
+    # kernel send buffer per connection (SO_SNDBUF; 0 = the kernel's autotuning): bounds what a
+    # stalled reader can park in the kernel, so the watchdog sees it stop within seconds
+    socket_send_buffer_bytes: int = Field(262144, ge=0)
+    ws_max_connections: int = Field(1024, ge=1)  # open websockets, whole server
+    ws_max_connections_per_key: int = Field(64, ge=1)  # open websockets per API key
+    ws_idle_timeout_s: float = Field(300.0, gt=0)  # a websocket with no frame and no turn
+
+
+class LimitsConfig(Strict):
+    """``[limits]``: bounds on what a client controls (gateway.limits)."""
+
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(32 * 1024, ge=1024)
+    max_json_depth: int = Field(64, ge=4)
+    max_messages: int = Field(2048, ge=1)
+    max_tools: int = Field(128, ge=1)
+    max_stop_sequences: int = Field(16, ge=1)
+    max_stop_sequence_chars: int = Field(1024, ge=1)
+    max_schema_depth: int = Field(32, ge=2)
+    max_schema_items: int = Field(1000, ge=1)
+    max_schema_string_length: int = Field(100_000, ge=1)
+    max_schema_enum: int = Field(1000, ge=1)
+    max_schema_values: int = Field(100_000, ge=10)
+
+
+class StateConfig(Strict):
+    """``[state]``: the shared-state store (usage ledger, buckets, responses, settings)."""
+
+    # ${FASTMODE_LEDGER} (the environment) overrides the file name under the working directory
+    path: str = Field("${FASTMODE_LEDGER:-fastmode-ledger.sqlite3}", validate_default=True,
+                      min_length=1)
+    flush_interval_s: float = Field(0.25, gt=0, le=1.0)
+    # redis://host:port/db: share the state between gateway processes or machines (Redis
+    # replaces the SQLite file); ${FASTMODE_REDIS_URL} expanded. "" = the embedded file.
+    redis_url: str = Field("${FASTMODE_REDIS_URL:-}", validate_default=True)
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, v: str) -> str:
+        return expand_env(v)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str) -> str:
+        url = expand_env(v).strip()
+        if url and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(f"{url!r} is not a redis://, rediss:// or unix:// URL")
+        return url
+
+
+FAULT_KINDS = ("429", "500", "503", "529", "timeout", "stall", "cut", "malformed",
+               "error-event", "fast-exhausted")
+
+
+class FaultRule(Strict):
+    """One configured fault: injected with probability ``p`` into matching requests."""
+
+    kind: Literal["429", "500", "503", "529", "timeout", "stall", "cut", "malformed",
+                  "error-event", "fast-exhausted"]
+    p: float = Field(1.0, ge=0, le=1)
+    after: int = Field(0, ge=0)  # output tokens before a mid-stream fault
+    s: float | None = Field(None, ge=0, le=3600)  # stall / timeout seconds
+    tier: str | None = None  # match only these requests (None: any)
+    key: str | None = None
+    model: str | None = None
+
+
+class FaultsConfig(Strict):
+    """``[faults]``: fault injection (gateway.faults)."""
+
+    enabled: bool = True  # the x-fastmode-fault header and the rules below
+    seed: int | None = None  # reproducible draws (None: random)
+    stall_s: float = Field(10.0, ge=0, le=3600)
+    timeout_s: float = Field(60.0, ge=0, le=3600)
+    rules: list[FaultRule] = Field(default_factory=list)
+
+
+class AdminConfig(Strict):
+    """``[admin]``: the /admin API (off by default; its own key)."""
+
+    enabled: bool = False
+    key: str = ""
+
+    @model_validator(mode="after")
+    def _key(self) -> AdminConfig:
+        if self.enabled and not self.key:
+            raise ValueError("admin.key must be set when admin.enabled = true")
+        return self
 
 
 class RouteConfig(Strict):
     standard: str
     fast: str
+    flex: str | None = None  # service_tier "flex" (gateway.routing); None: not offered
 
 
 class TierLimit(Strict):
     requests_per_minute: int | None = Field(None, gt=0)
     tokens_per_minute: int | None = Field(None, gt=0)
+    input_tokens_per_minute: int | None = Field(None, gt=0)  # Anthropic's ITPM
+    output_tokens_per_minute: int | None = Field(None, gt=0)  # Anthropic's OTPM (max_tokens)
 
 
 class ApiKey(Strict):
@@ -107,17 +201,24 @@ class Config(SimConfig):
     routes: dict[str, RouteConfig]
     auth: AuthConfig = AuthConfig()
     remote: RemoteConfig = RemoteConfig()
+    limits: LimitsConfig = LimitsConfig()
+    state: StateConfig = StateConfig()
+    faults: FaultsConfig = FaultsConfig()
+    admin: AdminConfig = AdminConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:
         for model, route in self.routes.items():
-            for kind in ("standard", "fast"):
+            for kind in ("standard", "fast", "flex"):
                 tier = getattr(route, kind)
-                if tier not in self.tiers:
+                if tier is not None and tier not in self.tiers:
                     raise ValueError(
                         f"routes.{model}.{kind}: unknown tier {tier!r}; "
                         f"allowed: {', '.join(sorted(self.tiers))}"
                     )
+        for i, rule in enumerate(self.faults.rules):
+            if rule.tier is not None and rule.tier not in self.tiers:
+                raise ValueError(f"faults.rules[{i}].tier: unknown tier {rule.tier!r}")
         for tier in self.remote.tiers:
             if tier not in self.tiers:
                 raise ValueError(

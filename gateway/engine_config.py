@@ -36,6 +36,12 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
     dep = config.deployments[deployment].model_dump()
     if replicas is not None:
         dep["replicas"] = replicas
+    demand = spec.deployments[deployment].tenants
+    if demand is not None:  # the other tenants' mean load per replica, as a constant background
+        bg = demand.background
+        dep["background"] = {"occupancy": bg.seqs / dep["max_batch"],
+                             "context_tokens": bg.context_tokens,
+                             "prefill_tokens_per_step": bg.prefill_tokens_per_step}
     p = tier.prices
     raw: dict[str, Any] = {
         "hardware": config.hardware,

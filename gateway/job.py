@@ -2,6 +2,11 @@
 
 It holds the mock model's whole reply (``Generation``), the engine's token stream that paces it,
 and what settlement fills in (cost). Protocol encoders read it; nothing here knows a wire format.
+
+Token bookkeeping is O(1) per streamed item, never per token: the stream says how many tokens
+are new, counts those delivered and knows the modeled times ``time_info`` and settlement need
+(``TokenStream``; ``UpstreamStream`` for a remote tier). The turn's hot loop reads the stream
+itself (``gateway.turn``); ``tokens()`` is the same as ``(start, count)`` pairs for the rest.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from backends.mockmodel import Generation
 from backends.scheduler import FINISHED
 
 from .auth import Principal
+from .caching import cache_write_premium
 
 
 @dataclass(eq=False)
@@ -30,11 +36,13 @@ class Job:
     created: int
     principal: Principal | None = None
     network_s: float = 0.0  # modeled network time before the first token (emulated RTT)
-    delivered: int = 0  # tokens handed to the client so far
-    token_times: list[float] = field(default_factory=list)
     settled: bool = False
     cost_usd: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # rate-limit headers from admission
+    # prompt tokens written to the prefix cache, billed as such (Anthropic), and how many of
+    # them to a long-lived (1 h) entry (gateway.caching)
+    cache_write_tokens: int = 0
+    cache_write_long_tokens: int = 0
     # for the ledger (gateway.ledger): how the request came and how it ended
     protocol: str = ""
     transport: str = "http"
@@ -43,6 +51,24 @@ class Job:
     generated: int = 0  # set at settlement: tokens the engine produced before the end was seen
     billed_output: int = 0  # set at settlement: output tokens billed
     detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
+
+    def __post_init__(self) -> None:
+        if self.gen.reasoning_tokens and isinstance(self.stream, TokenStream):
+            self.stream.watch = self.gen.reasoning_tokens  # keep its time: reasoning_time
+
+    @property
+    def delivered(self) -> int:
+        """Tokens handed to the client so far."""
+        return self.stream.delivered
+
+    @property
+    def visible_at(self) -> float:
+        """Modeled time of the first visible token, the one after the reasoning."""
+        thought, stream = self.gen.reasoning_tokens, self.stream
+        if stream.delivered <= thought:
+            return -1.0
+        at = getattr(stream, "watched_at", -1.0)
+        return at if at >= 0 else stream.token_at(thought)
 
     @property
     def downgraded(self) -> bool:
@@ -54,34 +80,54 @@ class Job:
 
     def usage_cost(self, output_tokens: int | None = None) -> float:
         out = self.gen.output_tokens if output_tokens is None else output_tokens
-        return self.tier.prices.cost(self.prompt_tokens, self.cached_tokens, out)
+        cost = self.tier.prices.cost(self.prompt_tokens, self.cached_tokens, out)
+        if self.cache_write_tokens:
+            cost += cache_write_premium(self.tier.prices.input, self.cache_write_tokens,
+                                        self.cache_write_long_tokens)
+        return cost
 
     def time_info(self) -> dict[str, float]:
-        """Modeled times in seconds (Cerebras' ``time_info`` convention)."""
+        """Modeled times in seconds (Cerebras' ``time_info`` convention). ``reasoning_time``
+        (fastmode's) is the part of ``completion_time`` spent thinking before the first visible
+        token: the visible TTFT is ``queue_time + prompt_time + reasoning_time``."""
         seq = self.stream.seq
         arrival = seq.arrival
         admitted = seq.admitted_at if seq.admitted_at >= 0 else arrival
         first = seq.first_token_at if seq.first_token_at >= 0 else admitted
-        last = self.token_times[-1] if self.token_times else first
+        last = self.last_token_at if self.delivered else first
         queue = max(0.0, admitted - arrival)
         prompt = max(0.0, first - admitted)
         completion = max(0.0, last - first)
+        # reasoning tokens come first: the first visible token is token number `thought`
+        thought = self.gen.reasoning_tokens
+        visible = first
+        if thought and self.delivered:
+            visible = self.visible_at if self.visible_at >= 0 else last
         return {
             "queue_time": queue + self.network_s,
             "prompt_time": prompt,
+            "reasoning_time": max(0.0, visible - first),  # first output to first visible token
             "completion_time": completion,
             "total_time": queue + prompt + completion + self.network_s,
             "network_time": self.network_s,  # emulated RTTs, included in queue_time
             "created": float(self.created),
         }
 
-    async def tokens(self) -> AsyncIterator[tuple[int, list[float]]]:
-        """Yield (index of the first new token, modeled times) as the engine produces them."""
-        async for times in self.stream:
-            start = self.delivered
-            self.delivered += len(times)
-            self.token_times.extend(times)
-            yield start, times
+    @property
+    def last_token_at(self) -> float:
+        """Modeled time of the last token delivered (-1 before the first)."""
+        return self.stream.last_at
+
+    async def tokens(self) -> AsyncIterator[tuple[int, int]]:
+        """Yield (index of the first new token, how many) as the engine produces them: with
+        the tier's ``stream_interval`` N, a multiple of N (the events due) or the remainder."""
+        stream = self.stream
+        async for n in stream:
+            yield stream.delivered - n, n
+        self.streamed()
+
+    def streamed(self) -> None:
+        """The stream ended (whichever loop read it): a remote job takes its usage here."""
 
     def cancel(self) -> None:
         self.stream.cancel()

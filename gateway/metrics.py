@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from backends.scheduler import Scheduler
 
@@ -41,6 +41,18 @@ class Metrics:
         )
         self.cancelled = Counter(
             "fastmode_cancelled", "Requests cancelled before they finished", ["tier"], registry=r
+        )
+        self.faults = Counter(
+            "fastmode_faults_injected", "Faults injected on purpose (x-fastmode-fault, rules)",
+            ["kind", "tier"], registry=r,
+        )
+        self.auth_rejections = Counter(
+            "fastmode_auth_rejections", "Requests refused by auth: 401 bad key, 403 tier not "
+            "allowed, 429 over a key's limit", ["status", "tier"], registry=r,
+        )
+        self.rejections = Counter(
+            "fastmode_rejections", "Requests refused before any work, by reason",
+            ["reason", "tier"], registry=r,
         )
         self.ttft = Histogram(
             "fastmode_ttft_seconds", "Modeled time to first token", ["tier"],
@@ -78,6 +90,23 @@ class Metrics:
             self.itl.labels(tier).observe(itl)
 
 
+class _Gauge:
+    """One gauge read from a callable at scrape time (nothing on the hot path)."""
+
+    def __init__(self, name: str, doc: str, read: Callable[[], float]) -> None:
+        self.name, self.doc, self.read = name, doc, read
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(self.name, self.doc, value=self.read())
+
+
+def add_gauge(metrics: Metrics, name: str, doc: str, read: Callable[[], float]) -> None:
+    metrics.registry.register(_Gauge(name, doc, read))
+
+
 class _ReplicaCollector:
     """Reads every replica's scheduler when Prometheus scrapes."""
 
@@ -87,7 +116,7 @@ class _ReplicaCollector:
     def describe(self) -> list[GaugeMetricFamily]:
         return []
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         labels = ["deployment", "replica"]
         batch = GaugeMetricFamily(
             "fastmode_replica_batch", "Sequences in the batch (background included)", labels=labels
@@ -101,13 +130,36 @@ class _ReplicaCollector:
         kv = GaugeMetricFamily(
             "fastmode_replica_kv_used_ratio", "Share of KV-cache capacity in use", labels=labels
         )
+        # prefix cache (backends.prefix_cache): hit rate = hit_tokens / query_tokens
+        cached = GaugeMetricFamily(
+            "fastmode_prefix_cache_tokens", "KV tokens held by the prefix cache", labels=labels
+        )
+        queries = CounterMetricFamily(
+            "fastmode_prefix_cache_query_tokens", "Prompt tokens looked up in the prefix cache",
+            labels=labels,
+        )
+        hits = CounterMetricFamily(
+            "fastmode_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache "
+            "(their prefill skipped)", labels=labels,
+        )
+        evicted = CounterMetricFamily(
+            "fastmode_prefix_cache_evicted_tokens", "Prefix-cache KV tokens evicted (memory "
+            "pressure or expiry)", labels=labels,
+        )
         for dep, name, sched in self._replicas():
             lab = [dep, name]
             users.add_metric(lab, sched.running)
             batch.add_metric(lab, sched.running + sched.background.seqs)
             waiting.add_metric(lab, len(sched.waiting))
             kv.add_metric(lab, sched.kv_used_tokens / sched.kv_capacity)
+            if sched.cache is not None:
+                st = sched.cache.stats
+                cached.add_metric(lab, sched.cache.size)
+                queries.add_metric(lab, st.query_tokens)
+                hits.add_metric(lab, st.hit_tokens)
+                evicted.add_metric(lab, st.evicted_tokens)
         yield batch
         yield users
         yield waiting
         yield kv
+        yield from (cached, queries, hits, evicted)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backends.mockmodel import GenerationRequest
+from backends.prefix_cache import PrefixKey
 
 
 @dataclass
@@ -25,3 +26,7 @@ class TurnRequest:
     cached_tokens: int = 0  # prefix already in the KV cache (a continued response)
     # the conversation as chat messages, for protocols that store it to continue later
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # the request field that asked for reasoning, named by a 400 on a model that does not reason
+    reasoning_param: str = "reasoning_effort"
+    prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
+    flex: bool = False  # asked for flex processing (service_tier: flex)

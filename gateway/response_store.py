@@ -1,41 +1,34 @@
-"""Stored responses, for ``previous_response_id``: bounded, in memory, per process.
+"""Stored responses, for ``previous_response_id``, kept in the shared state (``gateway.state``).
 
-A websocket connection layers its own recent responses on top (kept even with ``store: false``,
-as OpenAI's websocket mode does), so ``remember`` says whether an item may be kept beyond it.
+Translation is synchronous, so the pipeline first awaits ``load`` (which brings a response
+stored by any process into memory) and translation then reads ``get`` from memory. A websocket
+connection layers its own recent responses on top (kept even with ``store: false``, as OpenAI's
+websocket mode does), so ``remember`` says whether an item may be kept beyond it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
 
+from .state import StateBackend, StoredResponse
 
-@dataclass
-class StoredResponse:
-    """What a later turn needs from an earlier response to continue it."""
-
-    id: str
-    model: str
-    messages: list[dict[str, Any]]  # the whole conversation, the reply included
-    context_tokens: int  # prompt + output tokens of that response: cached for the next turn
+__all__ = ["ConnectionStore", "ResponseStore", "StoredResponse"]
 
 
 class ResponseStore:
-    """Bounded LRU of recent responses."""
+    """The gateway's stored responses: write-behind to the state, reads from its memory."""
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self.capacity = capacity
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+    def __init__(self, state: StateBackend) -> None:
+        self.state = state
 
     def put(self, item: StoredResponse) -> None:
-        self._items[item.id] = item
-        self._items.move_to_end(item.id)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        self.state.put_response(item)
 
     def get(self, rid: str) -> StoredResponse | None:
-        return self._items.get(rid)
+        return self.state.cached_response(rid)
+
+    async def load(self, rid: str) -> StoredResponse | None:
+        return await self.state.get_response(rid)
 
     def remember(self, item: StoredResponse, persist: bool) -> None:
         """Keep ``item`` for continuation; ``persist`` is the request's ``store`` flag."""
@@ -44,16 +37,27 @@ class ResponseStore:
 
 
 class ConnectionStore(ResponseStore):
-    """A websocket connection's own recent responses, then the gateway's shared store."""
+    """A websocket connection's own recent responses (bounded LRU), then the shared store."""
 
     def __init__(self, shared: ResponseStore, capacity: int = 16) -> None:
-        super().__init__(capacity)
+        super().__init__(shared.state)
         self.shared = shared
+        self.capacity = capacity
+        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+
+    def _keep(self, item: StoredResponse) -> None:
+        self._items[item.id] = item
+        self._items.move_to_end(item.id)
+        while len(self._items) > self.capacity:
+            self._items.popitem(last=False)
 
     def get(self, rid: str) -> StoredResponse | None:
-        return super().get(rid) or self.shared.get(rid)
+        return self._items.get(rid) or self.shared.get(rid)
+
+    async def load(self, rid: str) -> StoredResponse | None:
+        return self._items.get(rid) or await self.shared.load(rid)
 
     def remember(self, item: StoredResponse, persist: bool) -> None:
-        self.put(item)  # kept for this connection even with store: false
+        self._keep(item)  # kept for this connection even with store: false
         if persist:
             self.shared.put(item)

@@ -1,7 +1,9 @@
 """Settlement: a job's usage, cost and timings counted exactly once, however it ended.
 
-A finished job is billed for its whole reply; a job cut short (client gone, cancelled, server
-stopping) for the tokens that reached the client, as providers bill.
+A finished job is billed for its whole reply. A job cut short (the client went away or
+cancelled, a reader too slow, the server stopping) is billed, as providers bill, for the tokens
+the engine had generated when the end was seen: those it delivered plus those still in flight
+to a slow reader. The ledger row (``gateway.ledger``) says how it ended and both counts.
 """
 
 from __future__ import annotations
@@ -10,31 +12,48 @@ from backends.scheduler import CANCELLED
 
 from .job import Job
 from .metrics import Metrics
+from .state import CANCELLED as ENDED_CANCELLED
+from .state import COMPLETED
+
+
+def generated_tokens(job: Job) -> int:
+    """Tokens the engine has produced for ``job`` so far (read before cancelling it)."""
+    if job.finished:
+        return job.gen.output_tokens
+    seq = job.stream.seq
+    replica = getattr(job.stream, "replica", None)  # None: an upstream's stream (remote tier)
+    if replica is None or getattr(seq, "first_step", -1) < 0:
+        return job.delivered
+    done = replica.done_index  # the last step whose tokens exist (a planned one runs ahead)
+    return max(job.delivered, seq.tokens_after(done))
 
 
 def billed_output(job: Job) -> int:
-    return job.gen.output_tokens if job.finished else job.delivered
+    return job.gen.output_tokens if job.finished else generated_tokens(job)
 
 
-def settle(job: Job, metrics: Metrics, status: int = 200) -> bool:
+def settle(job: Job, metrics: Metrics, status: int = 200, ended: str | None = None) -> bool:
     """Record the job once; returns False if it was already settled."""
     if job.settled:
         return False
     job.settled = True
-    if not job.finished and job.stream.seq.state != CANCELLED:
+    finished = job.finished
+    job.generated = generated_tokens(job)
+    if not finished and job.stream.seq.state != CANCELLED:
         job.cancel()  # frees its batch slot and KV at the engine's next step
-    output = billed_output(job)
+    output = job.billed_output = job.gen.output_tokens if finished else job.generated
+    job.ended = ended or (COMPLETED if finished and status == 200 else ENDED_CANCELLED)
     job.cost_usd = job.usage_cost(output)
     seq = job.stream.seq
     ttft = (seq.first_token_at - seq.arrival + job.network_s) if seq.first_token_at >= 0 else None
     itl = None
-    if len(job.token_times) > 1:
-        itl = (job.token_times[-1] - job.token_times[0]) / (len(job.token_times) - 1)
-    if not job.finished:
+    if job.delivered > 1 and seq.first_token_at >= 0:
+        itl = (job.last_token_at - seq.first_token_at) / (job.delivered - 1)
+    if not finished:
         metrics.cancelled.labels(job.tier.name).inc()
     metrics.record(
         job.tier.name,
-        status if job.finished else 499,
+        status if finished or status != 200 else 499,
         prompt=job.prompt_tokens,
         cached=job.cached_tokens,
         output=output,

@@ -2,37 +2,43 @@
 
 Every protocol (``gateway.protocols``) and both transports run the same code:
 
-    body ─ parse ─ validate ─ translate ─► TurnRequest ─ admit ─► Job ─┬─ wait ─► body
-                                                                       └─ frames ─► SSE / websocket
-    any APIError before the first byte ─► the protocol's error response
+    body ─ limits ─ parse ─ validate ─ translate ─► TurnRequest ─ start ─► Job ─┬─ wait ─► body
+                                                                              └─ frames ─► SSE / ws
+    any APIError before the first byte ─► the protocol's error response (and a ledger row)
     any failure after it ─► the protocol's error event, logged; settlement exactly once
 
-``Turn`` is transport-neutral (the websocket session drives it too); ``http_endpoint`` wraps it
-for HTTP, as a ``StreamingResponse`` of pre-encoded bytes when streaming.
+``Turn.start`` is where faults (``gateway.faults``) meet every protocol: status faults and
+``timeout`` before admission, the mid-stream kinds in ``_events``. A turn in flight is in
+``gateway.turns``, where the stalled-reader watchdog (``gateway.watchdog``) and a graceful
+shutdown (``gateway.shutdown``) find it and end it with ``abort`` — the job is cancelled, the
+token loop ends and the stream closes with the protocol's error event. ``gateway.turn_http``
+wraps it for HTTP; ``gateway.websocket`` for the websocket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import orjson
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-
-from .admission import Gateway
+from .admission import Gateway, shutting_down
 from .errors import APIError
+from .faults import STATUS_KINDS, STREAM_KINDS, Fault
 from .ids import new_id
 from .job import Job
-from .protocols.base import Encoder, Frames, Protocol, RequestContext, parse_json
+from .ledger import rejection_row
+from .protocols.base import Encoder, Frames, Protocol, RequestContext
 from .request import TurnRequest
+from .state import CUT, FAILED
 
 log = logging.getLogger("fastmode.turn")
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# the event type a `malformed` fault breaks, per protocol (the SDKs parse these)
+MALFORMED_EVENT = {"responses": "response.output_text.delta", "messages": "content_block_delta"}
+MALFORMED_BODY = b'{"fastmode_fault": "malformed", "delta": "\\u12'
 
 
 def _same(frames: Frames) -> Frames:
@@ -43,21 +49,111 @@ def internal_error(exc: BaseException) -> APIError:
     return APIError(500, f"Internal error: {type(exc).__name__}", code="internal_error")
 
 
+def lagging(lag: float, bound: float) -> APIError:
+    return APIError(408, f"The client read the stream {lag:.1f} s behind the model, more than "
+                    f"the {bound:g} s the server keeps; the stream was cut.",
+                    code="stream_reader_too_slow", type="timeout_error")
+
+
+class ClientGone(Exception):
+    """The client went away before admission (e.g. during a ``timeout`` fault)."""
+
+
 class Turn:
     """One turn of one protocol, from a validated request to its last event."""
 
-    def __init__(self, gateway: Gateway, protocol: Protocol, req: Any, ctx: RequestContext):
+    def __init__(self, gateway: Gateway, protocol: Protocol, req: Any, ctx: RequestContext,
+                 transport: str = "http", request_id: str | None = None):
         self.gateway = gateway
         self.protocol = protocol
         self.req = req
         self.ctx = ctx
+        self.transport = transport
+        self.request_id = request_id or new_id("req")
         self.request: TurnRequest = protocol.translate(req, ctx)
         self.job: Job | None = None
         self.encoder: Encoder | None = None
         self.opened = False  # the opening events went out
+        self.fault: Fault | None = None
+        self.stream_fault: Fault | None = None  # a mid-stream fault still to apply
+        self.tier = ""  # the tier asked for, once resolved (for rejection rows)
+        self.api_key = ""
+        # (error, status, ended, detail): end the stream with this error (shutdown, lag)
+        self.abort: tuple[APIError, int, str, str] | None = None
+        self.cut = False  # drop the connection without a terminal event
+        self.writer: asyncio.Task[Any] | None = None  # the task writing this turn's stream
+        self.writing_since = 0.0  # loop time the pending write began (0: none pending)
 
-    def admit(self) -> Job:
-        job = self.gateway.admit(self.request)
+    # -- admission ------------------------------------------------------------------------
+
+    async def start(self, remote: Any = None, *, stream: bool | None = None,
+                    disconnected: Callable[[], Awaitable[None]] | None = None) -> Job:
+        """Faults, then admission on the tier's engine (or its remote upstreams).
+
+        Raises APIError (written to the ledger as a rejection) or ``ClientGone``."""
+        gw, req = self.gateway, self.request
+        try:
+            if gw.draining:
+                raise shutting_down()
+            principal = gw.auth.authenticate(req.authorization)
+            self.api_key = principal.key.key if principal is not None else ""
+            tier = gw.resolve(req.model, req.fast, req.flex)
+            self.tier = tier.name
+            fault = gw.faults.draw(self.ctx.headers, tier=tier.name, key=self.api_key,
+                                   model=req.model)
+            if fault is not None:
+                await self._before_admission(fault, disconnected)
+            if remote is not None and remote.serves(req.model, req.fast):
+                job = await remote.admit(self, stream=stream, disconnected=disconnected)
+            else:
+                job = self.admit(fast_full=fault is not None and fault.kind == "fast-exhausted")
+        except APIError as exc:
+            gw.record(rejection_row(
+                self.request_id, req, exc, protocol=self.protocol.name,
+                transport=self.transport, tier=self.tier or "", api_key=self.api_key,
+                fault=self.fault.kind if self.fault else None))
+            raise
+        job.protocol, job.transport = self.protocol.name, self.transport
+        job.fault = self.fault.kind if self.fault else None
+        gw.turns.add(self)
+        return job
+
+    async def _before_admission(self, fault: Fault,
+                                disconnected: Callable[[], Awaitable[None]] | None) -> None:
+        gw, req = self.gateway, self.request
+        if fault.kind == "fast-exhausted":
+            standard = gw.resolve(req.model, False).name
+            if not req.fast or standard == self.tier:
+                return  # not on the fast pool: nothing to exhaust
+        self.fault = fault
+        gw.faults.injected(fault, self.tier, self.request_id)
+        if fault.kind in STATUS_KINDS and fault.kind != "fast-exhausted":
+            raise gw.faults.status_error(fault)
+        if fault.kind == "timeout":
+            await self._sleep(fault.seconds(gw.config.faults.timeout_s), disconnected)
+        elif fault.kind in STREAM_KINDS:
+            self.stream_fault = fault
+
+    async def _sleep(self, seconds: float,
+                     disconnected: Callable[[], Awaitable[None]] | None) -> None:
+        """One sleep (never per token); ``ClientGone`` if the client leaves meanwhile, a 503 if
+        a graceful shutdown begins (it does not wait for an injected silence)."""
+        drain = asyncio.ensure_future(self.gateway.drain_event.wait())
+        watch = asyncio.ensure_future(disconnected()) if disconnected is not None else None
+        try:
+            done, _ = await asyncio.wait({drain} | ({watch} if watch else set()),
+                                         timeout=seconds)
+        finally:
+            drain.cancel()
+            if watch is not None:
+                watch.cancel()
+        if drain in done:
+            raise shutting_down()
+        if done:
+            raise ClientGone()
+
+    def admit(self, fast_full: bool = False) -> Job:
+        job = self.gateway.admit(self.request, fast_full=fast_full)
         self.job = job
         self.encoder = self.protocol.encoder(job, self.req, self.request)
         return job
@@ -70,15 +166,40 @@ class Turn:
             **self.protocol.id_headers(job.id),
             "x-fastmode-tier": job.tier.name,
             "openai-processing-ms": str(int((time.perf_counter() - started) * 1000)),
-            **job.headers,
+            **self.protocol.limit_headers(job.headers),
         }
         if job.downgraded:
             h["x-fastmode-requested-tier"] = job.requested_tier
+        if self.fault is not None:
+            h["x-fastmode-fault-injected"] = self.fault.kind
         return h
 
-    def settle(self, status: int) -> None:
-        assert self.job is not None
-        self.gateway.settle(self.job, status)
+    # -- ending ---------------------------------------------------------------------------
+
+    def settle(self, status: int, ended: str | None = None, detail: str | None = None) -> None:
+        job = self.job
+        assert job is not None
+        if not job.settled:
+            if detail is not None:
+                job.detail = detail
+            self.gateway.settle(job, status, ended)
+        self.gateway.turns.discard(self)
+
+    def settle_aborted(self) -> None:
+        """Settle as the abort (or a plain client cancel) says; a no-op once settled."""
+        if self.abort is not None:
+            _, status, ended, detail = self.abort
+            self.settle(status, ended, detail)
+        else:
+            self.settle(499)
+
+    def end_with(self, error: APIError, status: int, ended: str, detail: str) -> None:
+        """End the turn early with ``error`` (shutdown, a lagging reader): the token loop stops
+        at once and the stream closes with the protocol's error event."""
+        if self.abort is None:
+            self.abort = (error, status, ended, detail)
+        if self.job is not None:
+            self.job.cancel()
 
     def complete(self) -> None:
         """The job finished: settle it and let the protocol keep what it keeps."""
@@ -87,12 +208,14 @@ class Turn:
         self.settle(200)
         self.protocol.completed(job, self.req, enc, self.request, self.ctx)
 
+    # -- streaming ------------------------------------------------------------------------
+
     def frames(self) -> AsyncIterator[Frames]:
         """Opening events, token events as the engine produces them, closing events (the
         websocket sends each event as a frame)."""
         enc = self.encoder
         assert enc is not None
-        return self._events(_same, enc.tokens)
+        return self._events(_same, enc.frame_tokens)
 
     def sse(self) -> AsyncIterator[bytes]:
         """The same events as SSE bytes; token batches take the encoder's one-write path."""
@@ -103,25 +226,119 @@ class Turn:
     async def _events(self, frame: Callable[[Frames], Any],
                       tokens: Callable[[int, int], Any]) -> AsyncIterator[Any]:
         """A failure mid-stream ends with the protocol's error event; settlement happens exactly
-        once however the iteration ends (finished, failed, or closed early by a client that
-        went away)."""
+        once however the iteration ends (finished, failed, cut, or closed early by a client
+        that went away). The reader's lag is checked once per batch (one compare, no timer):
+        a batch whose first event was due longer than ``server.stream_max_lag_s`` ago ends the
+        stream. This loop is the hot path: per batch of tokens (one event, or with
+        ``stream_interval`` N one event of N tokens, when the reader keeps up) it does one
+        compare, one encoder call and one yield; nothing here is per token."""
         job, enc = self.job, self.encoder
         assert job is not None and enc is not None
+        clock = asyncio.get_running_loop().time
+        max_lag = self.gateway.config.server.stream_max_lag_s
+        stream = job.stream
+        enc.interval = interval = getattr(stream, "interval", 1)  # the tier's stream_interval
         try:
             self.opened = True
             yield frame(enc.opening())
-            async for start, times in job.tokens():
-                yield tokens(start, len(times))
+            take, ready = stream.take, stream.ready
+            while True:  # the engine's token stream itself, no iterator layer in between
+                n = take()
+                if not n:
+                    waiter = ready()
+                    if waiter is None:
+                        break
+                    await waiter
+                    continue
+                start = stream.delivered - n
+                now = clock()
+                if now - stream.since > max_lag:  # `since` bounds when the batch was due
+                    lag = now - stream.due_at(start, n)
+                    if lag > max_lag:
+                        self.abort = self.abort or (lagging(lag, max_lag), 499, CUT,
+                                                    "reader_lagging")
+                        break
+                fault = self.stream_fault
+                if fault is None or start + n < fault.after:
+                    yield tokens(start, n)
+                    continue
+                # the fault goes after the event holding its token (events stay whole)
+                head = max(0, min(n, -(-fault.after // interval) * interval - start))
+                if head:
+                    yield tokens(start, head)
+                async for out in self._apply(fault, frame):
+                    yield out
+                if self.cut or job.settled:
+                    return
+                if n > head:
+                    yield tokens(start + head, n - head)
+            job.streamed()
+            if self.abort is not None and not job.finished:
+                yield frame(self._as_sent().failed(self.abort[0]))
+                self.settle_aborted()
+                return
+            if self.stream_fault is not None:  # asked for after the reply's last token
+                async for out in self._apply(self.stream_fault, frame):
+                    yield out
+                if self.cut or job.settled:
+                    return
             self.complete()
             yield frame(enc.closing())
-        except (asyncio.CancelledError, GeneratorExit):
+        except asyncio.CancelledError:
+            self._as_sent()  # a cancelled websocket turn answers with the partial output
+            raise
+        except GeneratorExit:
             raise
         except Exception as exc:
             log.exception("turn %s failed while streaming", job.id)
-            self.settle(500)
-            yield frame(enc.failed(internal_error(exc)))
+            self.settle(500, FAILED, "internal_error")
+            # an APIError (e.g. a remote engine that broke off) says what happened itself
+            error = exc if isinstance(exc, APIError) else internal_error(exc)
+            yield frame(self._as_sent().failed(error))
         finally:
-            self.settle(499)  # a no-op unless the consumer stopped early
+            self.settle_aborted()  # a no-op unless the consumer stopped early
+
+    def _as_sent(self) -> Encoder:
+        """The encoder in the state of what was sent. One that encoded ahead of the stream
+        (``gateway.protocols.events``) is rebuilt and replayed up to the tokens sent, so
+        an early end (``failed``, ``cancelled``) carries the partial output and the sequence
+        numbers the client saw. Once per early end, never on the hot path."""
+        enc, job = self.encoder, self.job
+        assert enc is not None and job is not None
+        sent = enc.ran_ahead()
+        if sent is None:
+            return enc
+        try:
+            fresh = self.protocol.encoder(job, self.req, self.request)
+            fresh.interval = enc.interval
+            fresh.opening()
+            if sent:
+                fresh.tokens(0, sent)  # as sent: every batch ended on an event boundary
+        except Exception:  # a broken encoder: its error event from the state it has
+            log.exception("turn %s: replaying the encoder failed", job.id)
+            return enc
+        self.encoder = fresh
+        return fresh
+
+    async def _apply(self, fault: Fault, frame: Callable[[Frames], Any]) -> AsyncIterator[Any]:
+        """Apply a mid-stream fault once (its tokens so far have been sent)."""
+        self.stream_fault = None
+        enc = self.encoder
+        assert enc is not None
+        if fault.kind == "stall":  # one sleep, cut short by a graceful shutdown
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.gateway.drain_event.wait(),
+                                       fault.seconds(self.gateway.config.faults.stall_s))
+        elif fault.kind == "malformed":
+            yield frame([(MALFORMED_EVENT.get(self.protocol.name, ""), MALFORMED_BODY)])
+        elif fault.kind == "cut":
+            self.cut = True
+            self.settle(499, CUT, "fault")
+        elif fault.kind == "error-event":
+            yield frame(self._as_sent().failed(self.gateway.faults.stream_error(fault)))
+            self.settle(500, FAILED, "fault")
+
+    # -- non-streaming --------------------------------------------------------------------
 
     async def wait(self, disconnected: Callable[[], Awaitable[None]]) -> bool:
         """Drain the job's tokens; False if ``disconnected`` returned first (job cancelled)."""
@@ -142,55 +359,3 @@ class Turn:
                 drain_task.cancel()
                 job.cancel()
         return drain_task in done and not drain_task.cancelled()
-
-
-async def _disconnected(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
-
-
-def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Awaitable[Response]]:
-    """The HTTP route of ``protocol`` (on /v1 or /fast/v1)."""
-
-    async def endpoint(request: Request) -> Response:
-        started = time.perf_counter()
-        state = request.app.state
-        gateway: Gateway = state.gateway
-        request_id = new_id("req")
-        try:
-            body = parse_json(await request.body())
-            req = protocol.validate(body)
-            ctx = RequestContext(request.headers, fast_path, state.responses)
-            turn = Turn(gateway, protocol, req, ctx)
-            remote = state.remote
-            if remote.serves(turn.request.model, turn.request.fast):
-                if protocol.name != "chat":
-                    raise remote.unsupported(protocol.name)
-                return await remote.chat(request, body, req, turn.request, started)
-            job = turn.admit()
-        except APIError as exc:
-            return protocol.error_response(exc, request_id)
-        headers = turn.headers(started)
-        if not turn.request.stream:
-            try:
-                finished = await turn.wait(lambda: _disconnected(request))
-                if not finished:
-                    turn.settle(499)
-                    return Response(status_code=499)
-                turn.complete()
-                assert turn.encoder is not None
-                headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
-                return json_response(turn.encoder.body(), headers=headers)
-            finally:
-                turn.settle(499)  # a no-op unless something above failed
-        return StreamingResponse(turn.sse(), media_type="text/event-stream",
-                                 headers={**SSE_HEADERS, **headers})
-
-    endpoint.__name__ = f"{protocol.name}{'_fast' if fast_path else ''}"
-    return endpoint

@@ -192,6 +192,25 @@ def check_command(where: str, cmd: list[str], mounts: dict[str, Path], stages: l
         problem(f"{where}: unknown command {cmd[0]!r}")
 
 
+# The one kind of service not built from this project: Redis, for the state the gateway replicas
+# share. scripts/integration.py runs it as a local `redis-server` with the same arguments.
+PULLED_IMAGES = ("redis:",)
+
+
+def check_pulled(where: str, svc: dict) -> int:
+    """A Redis service: its command is redis-server (which the integration runner can run
+    locally) with an explicit --port, and its health check is redis-cli ping."""
+    cmd = svc.get("command") or []
+    cmd = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+    if not cmd or cmd[0] != "redis-server" or "--port" not in cmd[:-1]:
+        problem(f"{where}: a redis image must run `redis-server --port P ...`")
+    test = (svc.get("healthcheck") or {}).get("test") or []
+    if test[1:] != ["redis-cli", "ping"] and test[1:] != ["redis-cli", "-p", listen_port(svc)
+                                                          or "6379", "ping"]:
+        problem(f"{where}: health check must be `redis-cli ping`")
+    return 2
+
+
 def listen_port(svc: dict) -> str | None:
     cmd = svc.get("command") or []
     cmd = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
@@ -251,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, svc in services.items():
         where = f"services.{name}"
         build = svc.get("build")
+        if not build and str(svc.get("image", "")).startswith(PULLED_IMAGES):
+            commands += check_pulled(where, svc)
+            continue
         if not build:
             problem(f"{where}: no build section (the image would be pulled)")
             continue
@@ -304,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(env, list):
             env = dict(e.split("=", 1) for e in env)
         for key, value in env.items():
-            for url in re.findall(r"https?://[^\s\"',]+", str(value)):
+            for url in re.findall(r"(?:https?|redis)://[^\s\"',]+", str(value)):
                 check_url(f"{where}.environment.{key}", url, services)
         for dst, path in mounts.items():
             if path.suffix == ".toml" and path.is_file():

@@ -5,10 +5,13 @@
 Reads docker-compose.yml and starts every service whose command is ``fastmode ...`` as a local
 process on a free loopback port: the same commands, the same config file (the service's volume
 mount, mapped back to the repository), the container's ``--host 0.0.0.0 --port 8000`` replaced
-by ``127.0.0.1`` and the free port. Service names in URLs become those loopback URLs: the
-gateway's config gets them through ``FASTMODE_UPSTREAM_<SERVICE>`` (deploy/gateway-remote.toml
-reads ``${FASTMODE_UPSTREAM_ENGINE_FAST:-http://engine-fast:8000}`` and so on), the test service
-through its ``environment`` (``http://gateway:8000`` -> the gateway's loopback URL). Then it runs
+by ``127.0.0.1`` and the free port; the ``redis`` service (the official image) runs as a local
+``redis-server`` with its arguments, on a free port, without persistence. Service names in URLs
+become those loopback URLs: the gateways' config gets them through
+``FASTMODE_UPSTREAM_<SERVICE>`` (deploy/gateway-remote.toml reads
+``${FASTMODE_UPSTREAM_ENGINE_FAST:-http://engine-fast:8000}`` and so on), the services' and the
+test service's ``environment`` by substitution (``redis://redis:6379`` and
+``http://gateway-1:8000`` -> the local addresses). Then it runs
 the ``integration-tests`` service's command (pytest) with ``FASTMODE_TOPOLOGY_FILE`` naming a JSON
 file of the processes (URL, pid, argv), which the suite uses to kill and restart engines.
 
@@ -89,6 +92,15 @@ def _environment(svc: dict) -> dict[str, str]:
     return {k: str(v) for k, v in env.items()}
 
 
+def _scheme(svc: dict) -> str:
+    return "redis" if _command(svc)[:1] == ["redis-server"] else "http"
+
+
+def _listen(svc: dict) -> str:
+    cmd = _command(svc)
+    return cmd[cmd.index("--port") + 1] if "--port" in cmd[:-1] else CONTAINER_PORT
+
+
 def _depends(svc: dict) -> list[str]:
     dep = svc.get("depends_on") or []
     return list(dep) if isinstance(dep, (list, dict)) else []
@@ -98,12 +110,13 @@ def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
     """The local processes for the ``fastmode`` services (in dependency order), the test
     command, and the test environment."""
     services = compose["services"]
-    urls = {name: f"http://127.0.0.1:{free_port()}" for name in services if name != TEST_SERVICE}
+    ports = {name: free_port() for name in services if name != TEST_SERVICE}
+    urls = {name: f"{_scheme(services[name])}://127.0.0.1:{p}" for name, p in ports.items()}
     upstream_env = {env_name(n): u for n, u in urls.items()}
 
     def local(value: str) -> str:
-        for n, u in urls.items():
-            value = value.replace(f"http://{n}:{CONTAINER_PORT}", u)
+        for n, p in ports.items():
+            value = value.replace(f"://{n}:{_listen(services[n])}", f"://127.0.0.1:{p}")
         return value
 
     out: list[Service] = []
@@ -111,11 +124,22 @@ def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
         if name == TEST_SERVICE:
             continue
         cmd = _command(svc)
+        if cmd[:1] == ["redis-server"]:  # the official image's server, as a local process
+            redis = shutil.which("redis-server")
+            if redis is None:
+                raise SystemExit(f"{name}: redis-server is not installed "
+                                 "(apt-get install redis-server)")
+            argv = [redis, *cmd[1:], "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                    "no"]
+            argv[argv.index("--port") + 1] = str(ports[name])
+            out.append(Service(name, argv, {}, urls[name], _depends(svc)))
+            continue
         if not cmd or cmd[0] != "fastmode":
-            raise SystemExit(f"{COMPOSE.name}: service {name}: command must be `fastmode ...`")
+            raise SystemExit(f"{COMPOSE.name}: service {name}: command must be `fastmode ...` "
+                             "or `redis-server ...`")
         mounts = _mounts(svc)
         argv = [sys.executable, "-m", "commands", *cmd[1:]]
-        port = urls[name].rsplit(":", 1)[1]
+        port = str(ports[name])
         for i, arg in enumerate(argv[:-1]):
             nxt = argv[i + 1]
             if arg == "--host":
@@ -153,9 +177,26 @@ def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
     return ordered, [sys.executable, "-m", *test_cmd], test_env
 
 
+def _redis_ping(url: str) -> bool:
+    host, port = url.split("://", 1)[1].split(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if url.startswith("redis://"):
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"exited with status {proc.returncode}")
+            if _redis_ping(url):
+                return
+            time.sleep(0.05)
+            continue
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"exited with status {proc.returncode}")
         try:
@@ -204,7 +245,9 @@ def stop_all(services: list[Service], state_file: Path | None) -> None:
                     pids[int(entry["pid"])] = entry["argv"]
         except (OSError, ValueError, KeyError):
             pass
-    live = [pid for pid, argv in pids.items() if _is_ours(pid, argv)]
+    children = {s.proc.pid for s in services if s.proc is not None and s.proc.poll() is None}
+    # our own children are ours whatever their cmdline says (redis-server rewrites its title)
+    live = [pid for pid, argv in pids.items() if pid in children or _is_ours(pid, argv)]
     for pid in live:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
@@ -212,7 +255,8 @@ def stop_all(services: list[Service], state_file: Path | None) -> None:
     while time.monotonic() < deadline:
         for p in children.values():
             p.poll()
-        live = [pid for pid in live if _is_ours(pid, pids[pid]) and not _zombie(pid)]
+        live = [pid for pid in live if (pid in children or _is_ours(pid, pids[pid]))
+                and not _zombie(pid)]
         if not live:
             break
         time.sleep(0.1)

@@ -15,6 +15,10 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# every gateway the tests start (in process or as `fastmode serve`) keeps its usage ledger in a
+# scratch file, not in the working directory (gateway.config: [state] path)
+os.environ.setdefault("FASTMODE_LEDGER",
+                      str(Path(tempfile.mkdtemp(prefix="fastmode-tests-")) / "ledger.sqlite3"))
 
 
 def free_port() -> int:

@@ -18,6 +18,7 @@ from .base import (
     pick_replica,
 )
 from .realtime import RealtimeDeployment, RealtimeDriver, RealtimeReplica, TokenStream
+from .realtime_fleet import PoolHandle, RealtimeFleet
 from .virtual import Arrival, VirtualDriver
 
 __all__ = [
@@ -26,8 +27,10 @@ __all__ = [
     "Arrival",
     "Driver",
     "Overloaded",
+    "PoolHandle",
     "RealtimeDeployment",
     "RealtimeDriver",
+    "RealtimeFleet",
     "RealtimeReplica",
     "Replica",
     "TokenStream",

@@ -10,20 +10,25 @@ API, the way simpy keeps ``Environment`` and its real-time subclass ``RealtimeEn
 
 Everything that decides *what* happens lives here or in the scheduler, never in one driver
 only, so for the same arrivals both produce the same timeline: a request goes to the replica
-with the least outstanding work; it is refused if its KV could never fit (``TooLarge``) or the
-waiting queue is full (``Overloaded``); and a replica steps at the time its previous step ended,
-or, when idle, at the moment work arrives. Only the way time passes differs.
+with the least outstanding work (or, with prefix-aware routing, to the one that holds the
+longest prefix of its prompt, within a bound on imbalance); it is refused if its KV could
+never fit (``TooLarge``) or the waiting queue is full (``Overloaded``); and a replica steps at
+the time its previous step ended, or, when idle, at the moment work arrives. Only the way time passes differs.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from ..engine import DeploymentSpec
+from ..fleet import Fleet, FleetSpec
+from ..prefix_cache import CacheRouting, PrefixKey
 from ..scheduler import Scheduler, Sequence, StepResult
+from ..tenants import TenantLoad
 
 TOO_LARGE = "too_large"
 OVERLOADED = "overloaded"
@@ -50,13 +55,16 @@ def new_sequence(
     arrival: float,
     cached_tokens: int = 0,
     tag: Any = None,
+    prefix: PrefixKey | None = None,
 ) -> Sequence:
     """A fresh sequence; ``cached_tokens`` is clipped so at least one prompt token is prefilled."""
     if prompt_tokens <= 0 or output_tokens <= 0:
         raise ValueError("prompt_tokens and output_tokens must be positive")
     if not 0 <= cached_tokens < prompt_tokens:
         cached_tokens = max(0, min(cached_tokens, prompt_tokens - 1))
-    return Sequence(next(_ids), prompt_tokens, output_tokens, arrival, cached_tokens, tag)
+    if prefix is not None and prefix.empty:
+        prefix = None
+    return Sequence(next(_ids), prompt_tokens, output_tokens, arrival, cached_tokens, tag, prefix)
 
 
 class Replica:
@@ -67,7 +75,8 @@ class Replica:
     its clock needs (a task and a wake-up event in real time).
     """
 
-    __slots__ = ("scheduler", "name", "deployment", "next_start", "steps", "last_batch")
+    __slots__ = ("scheduler", "name", "deployment", "next_start", "steps", "last_batch",
+                 "tenants", "retired", "offered")
 
     def __init__(self, scheduler: Scheduler, name: str, deployment: str) -> None:
         self.scheduler = scheduler
@@ -76,6 +85,9 @@ class Replica:
         self.next_start = 0.0
         self.steps = 0
         self.last_batch = 0
+        self.tenants: TenantLoad | None = None  # the other tenants' share here (a fleet's)
+        self.retired = False  # moved out of its pool: finishes its requests, takes no more
+        self.offered = 0  # output tokens of every request offered here (the fleet's demand)
 
     @property
     def load(self) -> int:
@@ -90,6 +102,7 @@ class Replica:
         past (nor, in real time, whenever its task next gets the event loop).
         """
         sched = self.scheduler
+        self.offered += seq.output_tokens
         if not sched.fits_ever(seq):
             return TOO_LARGE
         idle = not sched.has_work
@@ -101,6 +114,9 @@ class Replica:
 
     def step(self) -> StepResult | None:
         """Plan and run the scheduler's next step from ``next_start``; None if nothing to do."""
+        t = self.tenants
+        if t is not None and t.next_tick <= self.next_start:
+            t.advance(self.next_start)  # the other tenants' ticks due by this step's start
         result = self.scheduler.step(self.next_start)
         if result is not None:
             self.next_start = result.end
@@ -115,9 +131,36 @@ class Replica:
 R = TypeVar("R", bound=Replica)
 
 
-def pick_replica(replicas: Iterable[R]) -> R:
-    """Least outstanding work: fewest running plus waiting sequences, first on ties."""
-    return min(replicas, key=lambda r: r.load)
+def pick_replica(
+    replicas: Iterable[R],
+    prefix: PrefixKey | None = None,
+    prompt_tokens: int = 0,
+    now: float = 0.0,
+    routing: CacheRouting | None = None,
+) -> R:
+    """Least outstanding work: fewest running plus waiting sequences, first on ties.
+
+    With a ``prefix`` and ``routing.prefer_cached``: the replica holding the longest cached
+    prefix of the prompt, among those at most ``routing.max_imbalance`` sequences busier than
+    the least loaded; with no hit anywhere, the key's ``affinity`` (OpenAI's
+    ``prompt_cache_key``) picks a replica within the same bound, so that requests sharing a
+    prefix meet where it will be cached."""
+    rs = list(replicas)
+    least = min(rs, key=lambda r: r.load)
+    if prefix is None or routing is None or not routing.prefer_cached or len(rs) == 1:
+        return least
+    bound = least.load + routing.max_imbalance
+    best, best_hit = least, 0
+    for r in rs:
+        if r.load <= bound:
+            hit = r.scheduler.cached_prefix(prefix, prompt_tokens, now)
+            if hit > best_hit or (hit == best_hit and hit and r.load < best.load):
+                best, best_hit = r, hit
+    if best_hit == 0 and prefix.affinity is not None:
+        home = rs[prefix.affinity % len(rs)]
+        if home.load <= bound:
+            return home
+    return best
 
 
 class Driver(ABC, Generic[R]):
@@ -128,14 +171,76 @@ class Driver(ABC, Generic[R]):
     server, so it is ``start``-ed and ``stop``-ped and its replicas step in the background.
     """
 
-    def __init__(self, deployments: Mapping[str, DeploymentSpec]) -> None:
-        self.by_deployment: dict[str, list[R]] = {
-            name: [
-                self._new_replica(spec.new_scheduler(), f"{name}-{i}", name)
-                for i in range(spec.replicas)
-            ]
-            for name, spec in deployments.items()
-        }
+    def __init__(
+        self, deployments: Mapping[str, DeploymentSpec], fleet: FleetSpec | None = None
+    ) -> None:
+        """``fleet``: the replicas' pools move and the other tenants are demand (their load
+        moves per tick); without one, each deployment keeps its replicas and its mean load."""
+        self.routing = {name: spec.routing for name, spec in deployments.items()}
+        self.specs = dict(deployments)
+        self.by_deployment: dict[str, list[R]] = {name: [] for name in deployments}
+        self.draining: list[R] = []  # retired by the fleet, finishing their requests
+        self.all_replicas: dict[str, R] = {}  # every replica ever, by name (for statistics)
+        self._names = {name: itertools.count() for name in deployments}
+        self._tenant_seed = fleet.seed if fleet is not None else 0
+        self._dynamic = fleet is not None
+        for name, spec in deployments.items():
+            pool = fleet.pools.get(name) if fleet is not None else None
+            n = pool.replicas if pool is not None else spec.replicas
+            for _ in range(n):
+                self.add_replica(name, self.now, True, n)
+        self.fleet = Fleet(fleet, self, self.now) if fleet is not None else None
+
+    # -- pools (backends.fleet calls these) ----------------------------------------------
+
+    def add_replica(
+        self, deployment: str, now: float, warm: bool, replicas: int | None = None
+    ) -> R:
+        """A new replica of ``deployment``, taking requests from ``now``; its share of the
+        other tenants starts at their mean load on ``replicas`` replicas (``warm``) or empty (a
+        replica just moved in)."""
+        spec = self.specs[deployment]
+        name = f"{deployment}-{next(self._names[deployment])}"
+        replica = self._new_replica(spec.new_scheduler(), name, deployment)
+        replica.next_start = now
+        pool = self.by_deployment[deployment]
+        pool.append(replica)
+        self.all_replicas[name] = replica
+        if self._dynamic and spec.tenants is not None:
+            rng = random.Random(f"{self._tenant_seed}:{name}")
+            replica.tenants = TenantLoad(
+                spec.tenants, replica.scheduler, rng, now, replicas or len(pool), warm
+            )
+            self._reshare(deployment)
+        return replica
+
+    def retire_replica(self, replica: R, now: float) -> None:
+        """Take ``replica`` out of its pool: no new requests; its tenants move to the others;
+        it steps until its own requests are done (``_drained``)."""
+        pool = self.by_deployment[replica.deployment]
+        pool.remove(replica)
+        replica.retired = True
+        self.draining.append(replica)
+        if replica.tenants is not None:
+            replica.tenants.advance(now)
+            replica.tenants.hand_over([r.tenants for r in pool if r.tenants is not None])
+            replica.tenants.share(0)
+            self._reshare(replica.deployment)
+        if not replica.scheduler.has_work:
+            self._drained(replica, now)
+
+    def _reshare(self, deployment: str) -> None:
+        pool = self.by_deployment[deployment]
+        for r in pool:
+            if r.tenants is not None:
+                r.tenants.share(len(pool))
+
+    def _drained(self, replica: R, now: float) -> None:
+        """A retired replica finished its last request (the driver calls this)."""
+        if replica in self.draining:
+            self.draining.remove(replica)
+            if self.fleet is not None:
+                self.fleet.drained(replica, now)
 
     @abstractmethod
     def _new_replica(self, scheduler: Scheduler, name: str, deployment: str) -> R:
@@ -143,8 +248,8 @@ class Driver(ABC, Generic[R]):
 
     @property
     def replicas(self) -> list[R]:
-        """Every replica, deployment by deployment."""
-        return [r for rs in self.by_deployment.values() for r in rs]
+        """Every replica in service, deployment by deployment, then those draining."""
+        return [r for rs in self.by_deployment.values() for r in rs] + self.draining
 
     @property
     @abstractmethod
@@ -158,18 +263,29 @@ class Driver(ABC, Generic[R]):
         output_tokens: int,
         cached_tokens: int = 0,
         tag: Any = None,
+        prefix: PrefixKey | None = None,
+        priority: int = 0,
     ) -> Sequence:
-        """Queue a request arriving ``now`` on the least-loaded replica of ``deployment``.
+        """Queue a request arriving ``now`` on the replica ``choose`` picks (``priority``: a
+        shared pool admits higher priorities first).
 
         Raises ``TooLarge`` or ``Overloaded``; the sequence then never entered the engine.
         """
-        seq = new_sequence(prompt_tokens, output_tokens, self.now, cached_tokens, tag)
-        replica = pick_replica(self.by_deployment[deployment])
+        seq = new_sequence(prompt_tokens, output_tokens, self.now, cached_tokens, tag, prefix)
+        seq.priority = priority
+        replica = self.choose(deployment, seq.prefix, prompt_tokens)
         refused = replica.offer(seq)
         if refused is not None:
             raise _REFUSALS[refused]
         self._accepted(replica, seq)
         return seq
+
+    def choose(self, deployment: str, prefix: PrefixKey | None = None,
+               prompt_tokens: int = 0) -> R:
+        """The replica of ``deployment`` a request arriving now goes to (``pick_replica`` with
+        the deployment's routing)."""
+        return pick_replica(self.by_deployment[deployment], prefix, prompt_tokens, self.now,
+                            self.routing[deployment])
 
     @abstractmethod
     def _accepted(self, replica: R, seq: Sequence) -> None:

@@ -1,10 +1,18 @@
 """The real-time clock: replicas step against the event loop's clock, tokens stream to readers.
 
 Serving is the scheduler's timeline played at wall-clock speed. Each replica is one asyncio task
-that plans a step, sleeps until the step's modeled end, then hands every sequence in the batch
-its token: one timer per replica step, never one per token or per stream, so a thousand streams
-cost what one does in timers. A reader that falls behind gets several tokens in one item instead
-of slowing the replica down.
+that plans a step, sleeps until the step's modeled end, then marks the step done: one timer per
+replica step, never one per token or per stream, so a thousand streams cost what one does in
+timers. The replica does not walk the batch: a reader knows how many of its tokens exist from
+the step index alone (a sequence has ``done_index - first_step + 1``), so it waits for the one
+step that produces the last token of its next event, and after each step the replica wakes the
+readers that waited for that step (and those whose first token it was): readers wake once per
+event, never per step, and a step costs nothing for the sequences whose event is not due. A
+reader that falls behind gets every token due in one item instead of slowing the replica down.
+
+``interval`` (a tier's ``stream_interval``, vLLM's name for the knob) is how many tokens make
+one event: a reader is woken when its next ``interval`` tokens exist, i.e. when the last token
+of its next event is due, and at the end for the remainder.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..engine import DeploymentSpec
+from ..fleet import FleetSpec
+from ..prefix_cache import PrefixKey
 from ..scheduler import CANCELLED, Scheduler, Sequence, StepResult
 from .base import Driver, Replica
 
@@ -21,68 +31,158 @@ StepCallback = Callable[["RealtimeReplica", StepResult], None]
 
 
 class TokenStream:
-    """The tokens of one request as they are produced: an async iterator of timestamp batches.
+    """The tokens of one request as they are produced: an async iterator of token counts.
 
-    Each item is the list of modeled times (driver clock, seconds) of the tokens produced since
-    the previous item; when the consumer falls behind, one item carries several tokens. Closing
+    Each item is how many tokens are new since the previous item: a multiple of ``interval``
+    (all the events that are due), or, at the end, the remainder. A reader that keeps up gets
+    ``interval`` at a time, when the last of them is produced. ``delivered`` counts the tokens
+    handed out; ``last_at`` and ``due_at`` give modeled times (driver clock, seconds) of the
+    last token handed out and of the moment the first event of the last item was due. Closing
     the stream (``aclose`` or ``cancel``) cancels the request in the engine: its slot and KV are
-    free at the next step. ``tag`` is the caller's, from ``RealtimeDriver.submit``.
+    free at the next step, and the reader gets no further item. ``tag`` is the caller's, from
+    ``RealtimeDriver.submit``.
+
+    Times are exact for the first and the last token of the reply and for every step the reader
+    was woken at (the common case: a reader that keeps up); between two reads of a reader that
+    fell behind they are interpolated over the steps in between (no per-step record is kept).
     """
 
-    __slots__ = ("seq", "replica", "tag", "_times", "_waiter", "_done")
+    __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
+                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1")
 
-    def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None) -> None:
+    def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
+                 interval: int = 1) -> None:
         self.seq = seq
         self.replica = replica
         self.tag = tag
-        self._times: list[float] = []
-        self._waiter: asyncio.Future[None] | None = None
-        self._done = False
-
-    # called by the replica loop
-    def _push(self, t: float, last: bool) -> None:
-        self._times.append(t)
-        if last:
-            self._done = True
-        w = self._waiter
-        if w is not None and not w.done():
-            w.set_result(None)
+        self.interval = interval
+        self.delivered = 0
+        self._cancelled = False
+        self._fut: asyncio.Future[None] | None = None  # what the reader waits on
+        self._first = False  # ... and it is the first token (the replica wakes it then)
+        self._i0 = self._i1 = -1  # replica step index at the previous read and at the last
+        self.since = self._t1 = 0.0  # ... and their modeled ends
+        # no event of the next item was due before ``since`` (the reader took all due ones):
+        # a cheap lower bound of ``due_at`` for a lag check
+        self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
+        self.watched_at = -1.0
 
     def __aiter__(self) -> TokenStream:
         return self
 
-    async def __anext__(self) -> list[float]:
-        while not self._times:
-            if self._done or self.seq.state == CANCELLED:
+    async def __anext__(self) -> int:
+        while True:
+            n = self.take()
+            if n:
+                return n
+            waiter = self.ready()
+            if waiter is None:
                 raise StopAsyncIteration
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        out, self._times = self._times, []
-        return out
+            await waiter
+
+    def take(self) -> int:
+        """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
+        exists), or at the end the remainder; 0 if none. The hot loop (``gateway.turn``) calls
+        this and ``ready`` itself, so an item costs no coroutine of its own."""
+        seq = self.seq
+        first = seq.first_step
+        if first < 0 or self._cancelled:
+            return 0
+        out, delivered, interval = seq.output_tokens, self.delivered, self.interval
+        done = self.replica.done_index
+        produced = done - first + 1
+        if produced > out:
+            produced = out
+        n = produced - delivered
+        if n < interval and produced < out or n <= 0:
+            return 0
+        if produced < out:
+            n -= n % interval  # whole events only; the rest is not due yet
+        self.delivered = delivered + n
+        self._i0, self.since = self._i1, self._t1
+        self._i1, self._t1 = done, self.replica.done_end
+        if delivered <= self.watch < delivered + n:
+            self.watched_at = self._time(first + self.watch)
+        return n
+
+    def ready(self) -> asyncio.Future[None] | None:
+        """After ``take`` gave nothing: the future to await before tokens are due (the step
+        producing the last token of the next event; the first token's step before decoding
+        starts), or None when the stream is over (all handed out, cancelled, stopped)."""
+        seq, rep = self.seq, self.replica
+        out = seq.output_tokens
+        if self._cancelled or rep.stopped or seq.state == CANCELLED or self.delivered >= out:
+            return None
+        fut = self._fut = rep.loop.create_future()
+        first = seq.first_step
+        self._first = first < 0
+        if first >= 0:
+            want = self.delivered + self.interval
+            rep.wait_for(first + (want if want < out else out) - 1, fut)
+        return fut
+
+    # -- modeled times --------------------------------------------------------------------
+
+    def _time(self, step: int) -> float:
+        """Modeled end of replica step ``step`` among this stream's (see the class docstring)."""
+        seq = self.seq
+        if step >= self._i1:
+            return self._t1
+        if step <= seq.first_step:
+            return seq.first_token_at
+        if step == seq.first_step + seq.output_tokens - 1 and seq.finished_at >= 0:
+            return seq.finished_at
+        if step >= self._i0 >= 0:
+            lo, tlo = self._i0, self.since
+        else:
+            lo, tlo = seq.first_step, seq.first_token_at
+        return tlo + (self._t1 - tlo) * (step - lo) / (self._i1 - lo)
+
+    @property
+    def last_at(self) -> float:
+        """Modeled time of the last token handed out (-1 before the first)."""
+        if not self.delivered:
+            return -1.0
+        return self._time(self.seq.first_step + self.delivered - 1)
+
+    def token_at(self, k: int) -> float:
+        """Modeled time of token ``k`` (one already handed out)."""
+        return self._time(self.seq.first_step + k)
+
+    def due_at(self, start: int, count: int) -> float:
+        """When the first event of tokens ``start .. start + count`` was due: its last token's
+        modeled time."""
+        return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
 
     @property
     def finished(self) -> bool:
-        return self._done and not self._times
+        return self.delivered >= self.seq.output_tokens
 
     def cancel(self) -> None:
-        if not self._done:
-            self._done = True
+        if not self._cancelled:
+            self._cancelled = True
             self.replica.cancel(self.seq)
-            w = self._waiter
-            if w is not None and not w.done():
-                w.set_result(None)  # a reader waiting for tokens ends instead of hanging
+            self._wake()
+
+    def _wake(self) -> None:
+        """End the reader's wait (it then looks again: a cancelled stream ends)."""
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
     async def aclose(self) -> None:
         self.cancel()
 
 
 class RealtimeReplica(Replica):
-    """One replica stepped by an asyncio task against the event loop's clock."""
+    """One replica stepped by an asyncio task against the event loop's clock.
 
-    __slots__ = ("on_step", "clock", "_wake", "_task", "_loop")
+    ``done_index`` / ``done_end`` are the index and modeled end of the last step whose tokens
+    exist (the scheduler plans a step before its end is reached, so its own step index runs one
+    ahead while a step is in flight)."""
+
+    __slots__ = ("on_step", "clock", "loop", "done_index", "done_end", "stopped", "_at", "_wake",
+                 "_task")
 
     def __init__(
         self,
@@ -95,12 +195,26 @@ class RealtimeReplica(Replica):
         self.on_step = on_step
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._loop = asyncio.get_running_loop()
-        self.clock = self._loop.time
+        self.loop = asyncio.get_running_loop()
+        self.clock = self.loop.time
+        self.done_index = -1
+        self.done_end = 0.0
+        self.stopped = False
+        self._at: dict[int, list[asyncio.Future[None]]] = {}  # step index -> readers due then
+
+    def wait_for(self, index: int, fut: asyncio.Future[None]) -> None:
+        """Resolve ``fut`` when step ``index`` is done. Each reader has its own future: a
+        reader's task cancelled while waiting cancels only its own."""
+        waiters = self._at.get(index)
+        if waiters is None:
+            self._at[index] = [fut]
+        else:
+            waiters.append(fut)
 
     def start(self) -> None:
         if self._task is None:
-            self._task = self._loop.create_task(self._run(), name=f"replica-{self.name}")
+            self.stopped = False
+            self._task = self.loop.create_task(self._run(), name=f"replica-{self.name}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -110,6 +224,16 @@ class RealtimeReplica(Replica):
             except asyncio.CancelledError:
                 pass
             self._task = None
+        self.stopped = True  # readers still waiting end instead of hanging
+        waiting, self._at = self._at, {}
+        for futs in waiting.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_result(None)
+        sched = self.scheduler
+        for seq in (*sched.waiting, *sched.prefilling, *sched.decoding.values()):
+            if isinstance(seq.tag, TokenStream):
+                seq.tag._wake()
 
     def wake(self) -> None:
         """New work or a cancellation: the loop re-plans (an idle replica starts stepping)."""
@@ -143,11 +267,18 @@ class RealtimeReplica(Replica):
                 self.on_step(self, result)
 
     def _deliver(self, result: StepResult) -> None:
-        end = result.end
-        for seq in result.finished:
-            seq.tag._push(end, True)
-        for seq in self.scheduler.decoding.values():  # includes this step's first tokens
-            seq.tag._push(end, False)
+        """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence
+        whose first token this was; nothing per sequence of the batch."""
+        self.done_index, self.done_end = result.index, result.end
+        futs = self._at.pop(result.index, None)
+        if futs is not None:
+            for fut in futs:
+                if not fut.done():
+                    fut.set_result(None)
+        for seq in result.first_tokens:
+            stream = seq.tag
+            if isinstance(stream, TokenStream) and stream._first:
+                stream._wake()
 
 
 class RealtimeDriver(Driver[RealtimeReplica]):
@@ -159,11 +290,12 @@ class RealtimeDriver(Driver[RealtimeReplica]):
     """
 
     def __init__(
-        self, deployments: Mapping[str, DeploymentSpec], on_step: StepCallback | None = None
+        self, deployments: Mapping[str, DeploymentSpec], on_step: StepCallback | None = None,
+        fleet: FleetSpec | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._on_step = on_step
-        super().__init__(deployments)
+        super().__init__(deployments, fleet)
 
     def _new_replica(self, scheduler: Scheduler, name: str, deployment: str) -> RealtimeReplica:
         return RealtimeReplica(scheduler, name, deployment, self._on_step)
@@ -181,11 +313,12 @@ class RealtimeDriver(Driver[RealtimeReplica]):
             await r.stop()
 
     def open(
-        self, deployment: str, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0
+        self, deployment: str, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0,
+        prefix: PrefixKey | None = None,
     ) -> TokenStream:
         """``submit`` and return the request's token stream; raises Overloaded or TooLarge."""
         stream: TokenStream = self.submit(
-            deployment, prompt_tokens, output_tokens, cached_tokens
+            deployment, prompt_tokens, output_tokens, cached_tokens, prefix=prefix
         ).tag
         return stream
 
@@ -213,6 +346,12 @@ class RealtimeDeployment:
     async def stop(self) -> None:
         await self.driver.stop()
 
-    def submit(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0) -> TokenStream:
-        """Queue a request on the least-loaded replica; raises Overloaded or TooLarge."""
-        return self.driver.open(self.spec.name, prompt_tokens, output_tokens, cached_tokens)
+    def submit(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0,
+               prefix: PrefixKey | None = None) -> TokenStream:
+        """Queue a request on the replica ``choose`` picks; raises Overloaded or TooLarge."""
+        return self.driver.open(self.spec.name, prompt_tokens, output_tokens, cached_tokens,
+                                prefix)
+
+    def choose(self, prefix: PrefixKey | None = None, prompt_tokens: int = 0) -> RealtimeReplica:
+        """The replica ``submit`` would pick now (admission models its queue beforehand)."""
+        return self.driver.choose(self.spec.name, prefix, prompt_tokens)

@@ -1,51 +1,73 @@
-"""What the mock model says: text replies, tool calls, scripted answers and botched calls.
+"""What the mock model says: text replies, tool calls, structured outputs, reasoning.
 
 Everything here is a pure function of the request: no clock, no I/O. The serving simulation
 decides *when* each token is emitted; this package decides *what* the tokens are, so that clients
 see plausible, varied output whose token counts agree with ``backends.tokenizer`` everywhere.
 
-One module per job: ``request`` (the data types), ``streams`` (seeded randomness, one stream per
-decision), ``prose`` (the text writer), ``toolcalls`` (which tool, which arguments),
-``schema_values`` (JSON values that fit a schema), ``botching`` (the quality profile's
+One module per job: ``request`` (the data types), ``behavior`` (what a model does: reasoning,
+reply lengths, parallel calls), ``streams`` (seeded randomness, one stream per decision),
+``thinking`` (the reasoning before a reply), ``lengths`` (how long a reply should be),
+``prose`` (the text writer), ``toolcalls`` (which tools, which arguments), ``structured``
+(JSON replies), ``schema_values`` / ``schema_strings`` (JSON values that fit a schema),
+``schema_subset`` (which schemas a request may use), ``botching`` (the quality profile's
 mistakes), ``scripts`` (configured replies), ``pieces`` (caps and stop sequences, token by
-token) and ``schema_check`` (validating arguments with ``jsonschema``).
+token) and ``schema_check`` (validating values with ``jsonschema``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
+from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
-from .pieces import finish_tool_call
-from .prose import text_reply, tool_result_opener
+from .pieces import finish_tool_calls, with_reasoning
+from .prose import last_user_text, text_reply, tool_result_opener
 from .request import (
     BOTCH_KINDS,
     DEFAULT_QUALITY,
+    REASONING,
+    TEXT,
     Generation,
     GenerationRequest,
     Piece,
     QualityProfile,
+    Reasoning,
+    ResponseFormat,
     ScriptRule,
     ToolCall,
     ToolSpec,
     message_text,
 )
 from .schema_check import validate_arguments, validate_value
+from .schema_subset import SchemaRejected, check_schema
 from .schema_values import generate_value
 from .scripts import match_script, scripted
 from .streams import Streams, request_digest
-from .toolcalls import make_call, wants_tool
+from .structured import structured_reply
+from .thinking import think
+from .toolcalls import make_calls, wants_tool
 
 __all__ = [
     "BOTCH_KINDS",
+    "DEFAULT_BEHAVIOR",
     "DEFAULT_QUALITY",
+    "REASONING",
+    "REPLY_KINDS",
+    "TEXT",
     "Generation",
     "GenerationRequest",
+    "ModelBehavior",
     "Piece",
     "QualityProfile",
+    "Reasoning",
+    "ReplyLengths",
+    "ResponseFormat",
+    "SchemaRejected",
     "ScriptRule",
     "ToolCall",
     "ToolSpec",
+    "check_schema",
     "generate",
     "generate_value",
     "message_text",
@@ -58,9 +80,26 @@ def generate(
     req: GenerationRequest,
     quality: QualityProfile = DEFAULT_QUALITY,
     scripts: Sequence[ScriptRule] = (),
+    behavior: ModelBehavior = DEFAULT_BEHAVIOR,
 ) -> Generation:
-    """The mock model's reply to ``req``: a scripted answer, a tool call, or free text."""
+    """The mock model's reply to ``req``: its reasoning (if the model thinks at the request's
+    effort), then a scripted answer, tool calls, a structured output or free text.
+
+    ``max_tokens`` caps reasoning and reply together (reasoning first, as a model generates
+    them); ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
+    """
     streams = Streams(request_digest(req))
+    total = None if req.max_tokens is None else req.max_tokens + req.reasoning_room
+    reasoning = think(req, behavior.reasoning, streams, total)
+    if reasoning is not None and req.max_tokens is not None:
+        assert total is not None
+        visible = min(req.max_tokens, total - reasoning.tokens)
+        req = dataclasses.replace(req, max_tokens=visible)
+    return with_reasoning(_reply(req, quality, scripts, behavior, streams), reasoning)
+
+
+def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[ScriptRule],
+           behavior: ModelBehavior, streams: Streams) -> Generation:
     last = req.messages[-1] if req.messages else None
     last_role = str(last.get("role", "")) if last is not None else ""
     user_text = message_text(last) if last_role == "user" else ""
@@ -69,8 +108,13 @@ def generate(
         if rule is not None:
             return scripted(rule, req, streams)
     if wants_tool(req, last_role):
-        call, arguments, tool = make_call(req, streams, user_text)
-        call = maybe_botch(call, arguments, tool, req.tools, quality, streams("botch"))
-        return finish_tool_call(call, req.max_tokens)
+        calls = []
+        for k, (call, arguments, tool) in enumerate(make_calls(req, streams, user_text,
+                                                               behavior)):
+            rng = streams("botch" + (f"/{k}" if k else ""))
+            calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
+        return finish_tool_calls(calls, req.max_tokens)
+    if req.response_format is not None:
+        return structured_reply(req, streams, last_user_text(req.messages), quality)
     opener = tool_result_opener(req.messages) if last_role == "tool" else None
-    return text_reply(req, streams, opener)
+    return text_reply(req, streams, opener, behavior.replies)

@@ -6,11 +6,12 @@ of ``backends.tokenizer``, so token counts agree everywhere (usage, pacing, bill
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 
 from ..tokenizer import tokenize
-from .request import Generation, Piece, ToolCall
+from .request import REASONING, Generation, Piece, Reasoning, ToolCall
 
 
 def finish_text(text: str, cap: int | None, stop: Sequence[str]) -> Generation:
@@ -46,11 +47,37 @@ def stop_index(text: str, stop: Sequence[str]) -> int | None:
 
 def finish_tool_call(call: ToolCall, cap: int | None) -> Generation:
     """Pieces are the argument tokens (tool=0); a cap truncates the arguments themselves."""
-    tokens = tokenize(call.arguments)
+    return finish_tool_calls([call], cap)
+
+
+def finish_tool_calls(calls: Sequence[ToolCall], cap: int | None) -> Generation:
+    """Call k's argument tokens are pieces with tool=k, call after call. A cap truncates the
+    call it falls in and drops the calls after it."""
+    pieces: list[Piece] = []
+    kept: list[ToolCall] = []
     finish = "tool_calls"
-    if cap is not None and len(tokens) > cap:
-        tokens = tokens[: max(cap, 0)]
-        call = ToolCall(call.id, call.name, "".join(tokens), call.botched)
-        finish = "length"
-    pieces = tuple(Piece(t, 0) for t in tokens)
-    return Generation(pieces=pieces, text="", tool_calls=(call,), finish_reason=finish)
+    for k, call in enumerate(calls):
+        tokens = tokenize(call.arguments)
+        room = None if cap is None else cap - len(pieces)
+        if room is not None and len(tokens) > room:
+            finish = "length"
+            if room <= 0 and kept:
+                break
+            tokens = tokens[: max(room, 0)]
+            call = ToolCall(call.id, call.name, "".join(tokens), call.botched)
+        pieces.extend(Piece(t, k) for t in tokens)
+        kept.append(call)
+        if finish == "length":
+            break
+    return Generation(pieces=tuple(pieces), text="", tool_calls=tuple(kept), finish_reason=finish)
+
+
+def with_reasoning(gen: Generation, reasoning: Reasoning | None) -> Generation:
+    """The reply preceded by its reasoning tokens (generated first, billed as output)."""
+    if reasoning is None:
+        return gen
+    thought = tuple(Piece(t, REASONING) for t in tokenize(reasoning.text))
+    if len(thought) != reasoning.tokens:  # the text is a token prefix: never, but stay exact
+        reasoning = dataclasses.replace(reasoning, tokens=len(thought))
+    return Generation(thought + gen.pieces, gen.text, gen.tool_calls, gen.finish_reason,
+                      gen.stop_sequence, reasoning)

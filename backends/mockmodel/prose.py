@@ -1,20 +1,21 @@
 """The text writer: endless plausible prose about serving systems, cut to a length.
 
-A reply's length is drawn first (lognormal, like a model that says what it has to say), then
-whole chunks of prose are written until the length is reached; the chunks never depend on the
-length, so a capped reply is a prefix of the uncapped one.
+A reply's length is drawn first (``lengths``: lognormal around a median that depends on what
+the user asked for), then whole chunks of prose are written until the length is reached; the
+chunks never depend on the length, so a capped reply is a prefix of the uncapped one.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from ..tokenizer import count_tokens
+from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
+from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from .pieces import finish_text
-from .request import Generation, GenerationRequest
+from .request import Generation, GenerationRequest, message_text
 from .streams import Streams
 from .wordbank import (
     ADJECTIVES,
@@ -32,27 +33,37 @@ from .wordbank import (
     VERBS,
 )
 
-NATURAL_MEDIAN_TOKENS = 200  # median length of an unconstrained reply
-NATURAL_SIGMA = 0.6  # lognormal spread: ~90% of replies between ~75 and ~540 tokens
-NATURAL_MIN_TOKENS = 20
-NATURAL_MAX_TOKENS = 1500
 
-
-def text_reply(req: GenerationRequest, streams: Streams, opener: str | None) -> Generation:
+def text_reply(
+    req: GenerationRequest, streams: Streams, opener: str | None,
+    replies: ReplyLengths = DEFAULT_BEHAVIOR.replies,
+) -> Generation:
+    """Prose as long as the request calls for (``lengths``), cut by ``max_tokens`` and ``stop``;
+    with ``ignore_eos``, exactly ``max_tokens`` tokens."""
     cap = req.max_tokens
     if req.ignore_eos and cap is not None:  # one token past the cap, so the cut says "length"
         text = write_at_least(streams("text"), cap + 1, opener)
-    else:
-        natural = natural_length(streams("length"))
-        budget = natural if cap is None else min(natural, cap + 1)
-        text = write_at_least(streams("text"), budget, opener)
+        return finish_text(text, cap, req.stop)
+    asked = last_user_text(req.messages)
+    kind, natural = reply_length(asked, replies, streams("length"))
+    if opener is None and kind == "greeting":
+        thanks = "thank" in asked.lower() or "thx" in asked.lower()
+        opener = GREETING_REPLIES[-1] if thanks else streams("opener").choice(GREETING_REPLIES[:-1])
+        if natural <= 2 * count_tokens(opener):
+            return finish_text(opener, cap, req.stop)
+    elif opener is None:
+        opener = yes_no_opener(asked, streams("opener")) if kind == "short" else None
+    budget = natural if cap is None else min(natural, cap + 1)
+    text = write_at_least(streams("text"), budget, opener)
     return finish_text(text, cap, req.stop)
 
 
-def natural_length(rng: random.Random) -> int:
-    """How long the model 'wants' to talk: lognormal around the median, clipped."""
-    n = round(rng.lognormvariate(math.log(NATURAL_MEDIAN_TOKENS), NATURAL_SIGMA))
-    return max(NATURAL_MIN_TOKENS, min(NATURAL_MAX_TOKENS, n))
+def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the conversation's last user message (what the reply answers)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return message_text(message)
+    return ""
 
 
 def write_at_least(rng: random.Random, tokens: int, opener: str | None) -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BOTCH_KINDS = ("malformed_json", "unknown_tool", "missing_required", "invented_argument")
+TEXT = -1  # ``Piece.tool`` of a token of the visible text
+REASONING = -2  # ``Piece.tool`` of a reasoning token (thinking before the visible reply)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +53,22 @@ class QualityProfile:
 
     tool_error_rate: float = 0.0  # probability that a tool call is botched
     error_kinds: Mapping[str, float] = field(default_factory=_default_error_kinds)  # weights
+    structured_error_rate: float = 0.0  # probability that a structured output is botched
 
 
 DEFAULT_QUALITY = QualityProfile()
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """A structured output: JSON that fits ``schema`` (``json_schema``), or any JSON object
+    (``json_object``). ``strict`` is the request's flag (its schema was checked against the
+    strict subset at the edge)."""
+
+    kind: str  # "json_schema" | "json_object"
+    schema: Mapping[str, Any] | None = None
+    name: str = ""
+    strict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +84,23 @@ class GenerationRequest:
     tool_choice: str = "auto"  # "none" | "auto" | "required" | a tool name (forced)
     ignore_eos: bool = False  # produce exactly max_tokens tokens of text (benchmarks)
     model: str = ""
+    response_format: ResponseFormat | None = None  # structured output (None: free text)
+    effort: str | None = None  # reasoning effort (backends.reasoning.EFFORTS); None: default
+    thinking_budget: int | None = None  # Anthropic budget_tokens: a cap on reasoning tokens
+    summary: str | None = None  # Responses reasoning.summary: auto | concise | detailed
+    parallel_tool_calls: bool = True  # several tool calls in one turn allowed
+    # output tokens reasoning may use beyond ``max_tokens`` (a request that set no cap of its
+    # own: the server's default caps the visible reply, the context window the reasoning)
+    reasoning_room: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """One output token: message content (tool == -1) or a fragment of tool call k's arguments."""
+    """One output token: message content (``tool == TEXT``), reasoning (``REASONING``) or a
+    fragment of tool call k's arguments (``tool == k``)."""
 
     text: str
-    tool: int = -1
+    tool: int = TEXT
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +114,36 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Reasoning:
+    """The thinking before the visible reply: the first ``tokens`` pieces of a generation."""
+
+    tokens: int
+    text: str  # all of it (Anthropic's thinking block shows it)
+    effort: str  # the effort it ran at, or "budget" for an Anthropic thinking budget
+    summary: tuple[str, ...] = ()  # a Responses reasoning summary's parts (when asked for)
+
+
+@dataclass(frozen=True, slots=True)
 class Generation:
-    """The whole reply, token by token; the server paces ``pieces`` out over time."""
+    """The whole reply, token by token; the server paces ``pieces`` out over time.
+
+    Reasoning pieces (``REASONING``) come first: the engine generates them at the tier's speed
+    before the first visible token, and they are billed as output."""
 
     pieces: tuple[Piece, ...]
     text: str
     tool_calls: tuple[ToolCall, ...]
     finish_reason: str  # "stop" | "length" | "tool_calls"
     stop_sequence: str | None = None  # the stop string that ended the text, if one did
+    reasoning: Reasoning | None = None
 
     @property
     def output_tokens(self) -> int:
         return len(self.pieces)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.reasoning.tokens if self.reasoning is not None else 0
 
 
 def message_text(message: Mapping[str, Any] | None) -> str:

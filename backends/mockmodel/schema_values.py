@@ -1,16 +1,24 @@
-"""Tool-call arguments for the mock model: JSON values generated to fit a JSON schema.
+"""JSON values generated to fit a JSON schema: tool-call arguments and structured outputs.
 
-The mock model has to emit tool calls an agent can actually execute, so arguments are generated
-*from* the tool's JSON schema rather than invented; ``schema_check`` validates them with the
-``jsonschema`` library, so a generated value is held to the standard, not to this module's idea
-of it.
+The mock model has to emit tool calls an agent can execute and structured outputs a
+``parse()`` helper accepts, so values are generated *from* the schema rather than invented;
+``schema_check`` validates them with the ``jsonschema`` library, so a generated value is held to
+the standard, not to this module's idea of it. ``schema_subset`` says which schemas a request
+may send (a 400 names the keyword outside the subset).
 
-Honoured keywords: ``type`` (also as a list), ``properties``, ``required``, ``enum``,
-``const``, ``anyOf`` / ``oneOf`` (the first branch), ``allOf``, local ``$ref``
-(``#/$defs/...``, ``#/definitions/...``), ``minimum`` / ``maximum`` / ``exclusiveMinimum`` /
-``exclusiveMaximum``, ``minLength`` / ``maxLength``, ``items``, ``minItems`` / ``maxItems``,
-``uniqueItems``, and string ``format`` for ``date``, ``date-time``, ``time``, ``email``,
-``uri``/``url`` and ``uuid``. ``pattern`` and ``multipleOf`` are not generated for.
+Honoured keywords: ``type`` (also as a list), ``properties``, ``required``,
+``additionalProperties`` (a schema: a few extra entries), ``enum``, ``const``, ``anyOf`` /
+``oneOf`` (one branch, seeded), ``allOf``, local ``$ref`` (``#``, ``#/$defs/...``,
+``#/definitions/...``, recursive too), ``minimum`` / ``maximum`` / ``exclusiveMinimum`` /
+``exclusiveMaximum`` / ``multipleOf``, ``minLength`` / ``maxLength``, ``pattern`` (via
+``schema_strings``), ``format`` (``schema_strings.FORMATS``), ``items``, ``minItems`` /
+``maxItems``, ``uniqueItems``.
+
+Bounded in time whatever the schema: optional parts (optional properties, array items beyond
+``minItems``, non-null ``anyOf`` branches) are followed to ``MAX_DEPTH`` only, and generation
+spends a character budget (the reply's token cap, in characters): once it is spent, the rest of
+the value is the smallest stub of each type. A reply that ran out of budget is longer than its
+cap anyway, so it is cut at the cap (``finish_reason: length``) like a real model's would be.
 """
 
 from __future__ import annotations
@@ -18,81 +26,82 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["generate_value", "resolve_local"]
+from .schema_strings import formatted, key_phrase, padding, pattern_string, plausible, proper_nouns
 
-_MAX_DEPTH = 6  # deeper (or recursive) schemas get minimal values instead of unbounded recursion
+__all__ = ["DEFAULT_BUDGET", "MAX_DEPTH", "bounded_value", "generate_value", "resolve_local"]
 
-# Plausible strings keyed by words that often appear in property names.
-_HINTS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
-    (("city", "location", "place"), ("Paris", "Tokyo", "Lisbon", "Toronto", "Nairobi", "Austin")),
-    (("country",), ("France", "Japan", "Portugal", "Canada", "Kenya", "Chile")),
-    (("email",), ("alex@example.com", "sam.lee@example.org", "ops@example.net")),
-    (
-        ("url", "uri", "link", "endpoint"),
-        ("https://example.com/docs", "https://api.example.org/v1"),
-    ),
-    (("path", "file", "filename"), ("src/main.py", "README.md", "config/settings.toml", "app.js")),
-    (("dir", "folder", "directory"), ("src", "tests", "docs", "build")),
-    (("lang", "language"), ("python", "rust", "typescript", "go")),
-    (("unit", "units"), ("celsius", "metric", "seconds", "tokens")),
-    (("command", "cmd", "shell"), ("ls -la", "pytest -q", "git status", "make build")),
-    (("query", "search", "question", "q"), ("latency budget", "batch scheduler", "kv cache size")),
-    (("name", "title", "label"), ("nightly-report", "Alex Morgan", "build cache", "demo")),
-    (("id", "key", "token", "ref"), ("a1b2c3", "req_7f3e", "item-42", "k9x2")),
-    (("color", "colour"), ("blue", "green", "orange")),
-    (("currency",), ("USD", "EUR", "JPY")),
-    (("model",), ("gpt-5", "claude-opus-4-6", "llama-3.1-70b")),
-    (("status", "state"), ("open", "closed", "pending")),
-    (("tz", "timezone"), ("UTC", "Europe/Paris", "America/New_York")),
-)
-_GENERIC_WORDS = (
-    "alpha", "batch", "cache", "decode", "engine", "request", "schedule", "stream", "token",
-    "latency", "router", "replica", "summary", "update", "report", "sample",
-)  # fmt: skip
-
-
-# --------------------------------------------------------------------------- generation
+MAX_DEPTH = 6  # deeper (or recursive) schemas get only what they require
+_HARD_DEPTH = 64  # a required recursion never ends: stubs from here on
+DEFAULT_BUDGET = 200_000  # characters, when the caller gives no cap
 
 
 def generate_value(
-    schema: Mapping[str, Any], rng: random.Random, *, key: str = "", context: str = ""
+    schema: Mapping[str, Any], rng: random.Random, *, key: str = "", context: str = "",
+    budget: int = DEFAULT_BUDGET,
 ) -> Any:
-    """A JSON value that satisfies ``schema``.
+    """A JSON value that satisfies ``schema`` (see ``bounded_value``)."""
+    return bounded_value(schema, rng, key=key, context=context, budget=budget)[0]
 
-    ``key`` (the property name) steers free strings towards plausible values; ``context`` (the
-    user's message) lets places and queries echo what the user asked about, so a scripted agent
-    test sees ``{"city":"Paris"}`` after asking about Paris.
-    """
-    return _Generator(schema, rng, context).value(schema, key, 0)
+
+def bounded_value(
+    schema: Mapping[str, Any], rng: random.Random, *, key: str = "", context: str = "",
+    budget: int = DEFAULT_BUDGET,
+) -> tuple[Any, bool]:
+    """(value, ran out of budget). ``key`` (the property name) steers free strings towards
+    plausible values; ``context`` (the user's message) lets places and queries echo what the
+    user asked about, so a scripted agent test sees ``{"city":"Paris"}`` after asking about
+    Paris."""
+    gen = _Generator(schema, rng, context, budget)
+    value = gen.value(schema, key, 0)
+    return value, gen.left < 0
 
 
 class _Generator:
     """Walks a schema; holds the root so local ``$ref`` pointers can be resolved."""
 
-    def __init__(self, root: Mapping[str, Any], rng: random.Random, context: str = "") -> None:
+    def __init__(self, root: Mapping[str, Any], rng: random.Random, context: str,
+                 budget: int) -> None:
         self.root = root
         self.rng = rng
-        self.names = _proper_nouns(context)
-        self.phrase = _key_phrase(context)
+        self.names = proper_nouns(context)
+        self.phrase = key_phrase(context)
+        self.left = budget
+        self._writer: Any = None
+
+    def sentence(self) -> str:
+        if self._writer is None:
+            from .prose import Writer  # prose imports nothing from here; imported on first use
+
+            self._writer = Writer(self.rng, None)
+        return str(self._writer.sentence())
 
     def value(self, schema: Any, key: str, depth: int) -> Any:
         schema = resolve_local(self.root, schema)
         if not isinstance(schema, Mapping):
             return self.string({}, key)  # ``true`` / garbage: any JSON will do
+        if self.left < 0 or depth > _HARD_DEPTH:
+            return _stub(self.root, schema)
+        if "description" in schema:
+            schema = with_hints(schema)
         if "const" in schema:
+            self.left -= len(str(schema["const"])) + 2
             return schema["const"]
         if schema.get("enum"):
-            return self.rng.choice(list(schema["enum"]))
+            choice = self.rng.choice(list(schema["enum"]))
+            self.left -= len(str(choice)) + 2
+            return choice
         for branch_key in ("anyOf", "oneOf"):
             branches = schema.get(branch_key)
             if branches:
-                return self.value(_merge_branch(schema, branches[0], branch_key), key, depth)
+                branch = self.branch(branches, depth)
+                return self.value(_merge_branch(schema, branch, branch_key), key, depth)
         if schema.get("allOf"):
             return self.value(_merge_all_of(self.root, schema), key, depth)
         kind = _pick_type(schema)
+        self.left -= 1
         if kind == "object":
             return self.object(schema, depth)
         if kind == "array":
@@ -107,31 +116,57 @@ class _Generator:
             return None
         return self.string(schema, key)
 
+    def branch(self, branches: list[Any], depth: int) -> Any:
+        """A seeded branch of anyOf/oneOf; past ``MAX_DEPTH`` the one that ends soonest (null or
+        a scalar), so recursive schemas (``Optional[Node]``) terminate."""
+        resolved = [resolve_local(self.root, b) for b in branches]
+        if depth >= MAX_DEPTH:
+            order = sorted(range(len(branches)), key=lambda i: _weight(resolved[i]))
+            return branches[order[0]]
+        weights = [1.0 if _is_null(b) else 3.0 for b in resolved]
+        return self.rng.choices(branches, weights=weights)[0]
+
     def object(self, schema: Mapping[str, Any], depth: int) -> dict[str, Any]:
         """All required properties, and each optional one with probability 1/2."""
         props: Mapping[str, Any] = schema.get("properties") or {}
         required = [k for k in schema.get("required") or () if isinstance(k, str)]
         out: dict[str, Any] = {}
         for name, sub in props.items():
-            if name in required or (depth < _MAX_DEPTH and self.rng.random() < 0.5):
+            if name in required or (depth < MAX_DEPTH and self.rng.random() < 0.5):
+                self.left -= len(name) + 4
                 out[name] = self.value(sub, name, depth + 1)
         for name in required:  # required but not described: any string will do
             if name not in out:
                 out[name] = self.string({}, name)
+        extra = schema.get("additionalProperties")
+        if not props and isinstance(extra, Mapping) and extra and depth < MAX_DEPTH:
+            lo = int(schema.get("minProperties", 1))
+            for i in range(max(lo, self.rng.randint(1, 3))):
+                name = f"{padding(self.rng)}_{i + 1}"
+                out[name] = self.value(extra, name, depth + 1)
         return out
 
     def array(self, schema: Mapping[str, Any], key: str, depth: int) -> list[Any]:
         lo = int(schema.get("minItems", 0))
-        hi = int(schema.get("maxItems", max(lo, 3)))
-        n = lo if depth >= _MAX_DEPTH else self.rng.randint(max(lo, min(1, hi)), max(lo, hi))
+        hi = int(schema.get("maxItems", max(lo, 4)))
+        if depth >= MAX_DEPTH or hi <= lo:
+            n = lo
+        else:  # fewer optional items the deeper: a recursive list (a tree) stays small
+            spread = max(0, 4 - depth // 2)
+            least = max(lo, min(1, hi)) if depth < 2 else lo
+            n = self.rng.randint(least, max(least, min(hi, lo + spread)))
         items = schema.get("items", {})
         if isinstance(items, list):  # old tuple form: the first schema for every item
             items = items[0] if items else {}
+        unique = bool(schema.get("uniqueItems"))
         out: list[Any] = []
-        for _ in range(n * 4 if schema.get("uniqueItems") else n):
+        for _ in range(n * 4 if unique else n):
+            if self.left < 0 and len(out) >= lo:
+                break
             candidate = self.value(items, _singular(key), depth + 1)
-            if not (schema.get("uniqueItems") and candidate in out):
+            if not (unique and candidate in out):
                 out.append(candidate)
+                self.left -= 1
             if len(out) == n:
                 break
         return out
@@ -145,57 +180,117 @@ class _Generator:
         elif hi is None and lo is not None:
             hi = lo + 100
         assert lo is not None and hi is not None
-        return self.rng.randint(int(lo), int(max(lo, hi)))  # lo > hi: unsatisfiable, give lo
+        lo, hi = int(lo), int(max(lo, hi))  # lo > hi: unsatisfiable, give lo
+        step = schema.get("multipleOf")
+        if isinstance(step, int) and not isinstance(step, bool) and step > 0:
+            first, last = math.ceil(lo / step), math.floor(hi / step)
+            value = step * self.rng.randint(first, max(first, last))
+        else:
+            value = self.rng.randint(lo, hi)
+        self.left -= len(str(value))
+        return value
 
     def number(self, schema: Mapping[str, Any]) -> float:
         lo, hi = _bounds(schema, integer=False)
         lo = 0.0 if lo is None else lo
         hi = (lo + 100.0) if hi is None else hi
-        value = round(self.rng.uniform(lo, hi), 2)
-        if not _number_ok(schema, value):  # rounding pushed it out: fall back to the midpoint
-            value = (lo + hi) / 2
+        step = schema.get("multipleOf")
+        if isinstance(step, int | float) and not isinstance(step, bool) and step > 0:
+            first, last = math.ceil(lo / step), math.floor(hi / step)
+            k = self.rng.randint(first, max(first, last))
+            value = float(round(k * step, 10))
+        else:
+            value = round(self.rng.uniform(lo, hi), 2)
+            if not _number_ok(schema, value):  # rounding pushed it out: use the midpoint
+                value = (lo + hi) / 2
+        self.left -= len(str(value))
         return value
 
     def string(self, schema: Mapping[str, Any], key: str) -> str:
-        text = _formatted(schema.get("format"), self.rng) or self.plausible_word(key)
         lo = int(schema.get("minLength", 0))
-        hi = schema.get("maxLength")
-        while len(text) < lo:  # pad with words, not noise, so long minimums still read well
-            text += " " + self.rng.choice(_GENERIC_WORDS)
-        if hi is not None and len(text) > int(hi):
-            text = text[: int(hi)]
+        hi_raw = schema.get("maxLength")
+        hi = int(hi_raw) if hi_raw is not None else None
+        text: str | None = None
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            text = pattern_string(pattern, self.rng, lo, hi)
+        if text is None:
+            text = formatted(schema.get("format"), self.rng)
+        if text is None:
+            text = plausible(key, self.rng, self.sentence, self.names, self.phrase)
+            while len(text) < lo:  # pad with words, not noise, so long minimums still read well
+                text += " " + padding(self.rng)
+            if hi is not None and len(text) > hi:
+                text = text[:hi].rstrip() if hi > 0 else ""
+                text = text + "x" * (lo - len(text)) if len(text) < lo else text
+        self.left -= len(text) + 2
         return text
 
-    def plausible_word(self, key: str) -> str:
-        words = set(key.lower().replace("-", "_").split("_"))
-        if self.names and words & _PLACE_KEYS:
-            return self.rng.choice(self.names)
-        if self.phrase and words & _QUERY_KEYS:
-            return self.phrase
-        for hints, values in _HINTS:
-            if words.intersection(hints):
-                return self.rng.choice(values)
-        return self.rng.choice(_GENERIC_WORDS)
+
+# Anthropic's SDK moves the keywords its structured outputs do not take (pattern, bounds) into
+# the description as "{pattern: ^\d{5}$, maximum: 99}", "so that the model might follow them";
+# the mock model follows them.
+_HINT_KEYS = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+              "multipleOf", "minLength", "maxLength", "minItems", "maxItems", "format")
+_HINT_BLOCK = re.compile(r"\{((?:" + "|".join(_HINT_KEYS) + r"): .*)\}\s*$", re.DOTALL)
+_HINT_SPLIT = re.compile(r", (?=(?:" + "|".join(_HINT_KEYS) + r"): )")
 
 
-_PLACE_KEYS = frozenset({"city", "location", "place", "country", "destination", "origin"})
-_QUERY_KEYS = frozenset({"query", "search", "question", "q", "prompt", "topic", "keywords"})
-_STOP = frozenset(
-    "a an and are about can could do does for from give how i in is it me my of on or please "
-    "show tell that the this to what whats when where which who why will with would you your".split()
-)
+def with_hints(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``schema`` plus the keywords its description states in the SDK's ``{key: value}`` form
+    (never overriding a keyword the schema has)."""
+    description = schema.get("description")
+    match = _HINT_BLOCK.search(description) if isinstance(description, str) else None
+    if match is None:
+        return schema
+    extra: dict[str, Any] = {}
+    for item in _HINT_SPLIT.split(match.group(1)):
+        key, _, raw = item.partition(": ")
+        if key in schema:
+            continue
+        if key in ("pattern", "format"):
+            extra[key] = raw
+            continue
+        try:
+            number = float(raw)
+        except ValueError:
+            continue
+        extra[key] = int(number) if number.is_integer() and "." not in raw else number
+    return {**schema, **extra} if extra else schema
 
 
-def _proper_nouns(text: str) -> list[str]:
-    """Capitalised words not at the start of a sentence: likely names of places or things."""
-    found = re.findall(r"(?<![.!?]\s)(?<!^)\b([A-Z][a-z]{2,})\b", text.strip())
-    return list(dict.fromkeys(w for w in found if w.lower() not in _STOP))
+def _is_null(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and schema.get("type") == "null"
 
 
-def _key_phrase(text: str) -> str:
-    """The first few content words of the user's message, as a search query."""
-    words = [w for w in re.findall(r"[A-Za-z0-9][\w'-]*", text) if w.lower() not in _STOP]
-    return " ".join(words[:5])
+def _weight(schema: Any) -> int:
+    """How far a branch is from ending: null 0, scalars 1, containers and references 2."""
+    if not isinstance(schema, Mapping) or _is_null(schema):
+        return 0
+    kind = schema.get("type")
+    if isinstance(kind, list) and "null" in kind:
+        return 0
+    if kind in ("string", "integer", "number", "boolean") or "enum" in schema or "const" in schema:
+        return 1
+    return 2
+
+
+def _stub(root: Mapping[str, Any], schema: Mapping[str, Any]) -> Any:
+    """The smallest value of a schema's type, once the budget is spent."""
+    if "const" in schema:
+        return schema["const"]
+    if schema.get("enum"):
+        return list(schema["enum"])[0]
+    for branch_key in ("anyOf", "oneOf"):
+        branches = schema.get(branch_key)
+        if branches:
+            first = resolve_local(root, branches[0])
+            return _stub(root, first if isinstance(first, Mapping) else {})
+    makers: dict[str, Callable[[], Any]] = {
+        "object": dict, "array": list, "integer": lambda: 0, "number": lambda: 0.0,
+        "boolean": lambda: False, "null": lambda: None,
+    }
+    return makers.get(_pick_type(schema), str)()
 
 
 def _pick_type(schema: Mapping[str, Any]) -> str:
@@ -232,29 +327,11 @@ def _default_int_range(key: str) -> tuple[int, int]:
     words = set(key.lower().replace("-", "_").split("_"))
     if "year" in words:
         return 2000, 2030
+    if "age" in words:
+        return 18, 80
     if words & {"limit", "count", "num", "top", "max", "size", "n", "k", "results", "page"}:
         return 1, 20
     return 1, 100
-
-
-def _formatted(fmt: Any, rng: random.Random) -> str | None:
-    """A value for the common string formats (None: not a format we fake)."""
-    y, mo, d = rng.randint(2020, 2027), rng.randint(1, 12), rng.randint(1, 28)
-    h, mi = rng.randint(0, 23), rng.choice((0, 15, 30, 45))
-    if fmt == "date":
-        return f"{y:04d}-{mo:02d}-{d:02d}"
-    if fmt == "date-time":
-        return f"{y:04d}-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}:00Z"
-    if fmt == "time":
-        return f"{h:02d}:{mi:02d}:00"
-    if fmt == "email":
-        return f"{rng.choice(('alex', 'sam', 'kim', 'ops'))}@example.com"
-    if fmt in ("uri", "url", "uri-reference"):
-        return f"https://example.com/{rng.choice(_GENERIC_WORDS)}"
-    if fmt == "uuid":
-        h32 = f"{rng.getrandbits(128):032x}"
-        return f"{h32[:8]}-{h32[8:12]}-4{h32[13:16]}-a{h32[17:20]}-{h32[20:32]}"
-    return None
 
 
 def _singular(key: str) -> str:
@@ -292,8 +369,10 @@ def resolve_local(root: Mapping[str, Any], schema: Any) -> Any:
         ref: str = schema["$ref"]
         target: Any = root
         for part in ref.lstrip("#").strip("/").split("/") if ref.startswith("#") else ["?"]:
+            part = part.replace("~1", "/").replace("~0", "~")
             target = target.get(part) if isinstance(target, Mapping) and part else target
-        schema = target if isinstance(target, Mapping) else {}
+        siblings = {k: v for k, v in schema.items() if k != "$ref"}
+        schema = {**target, **siblings} if isinstance(target, Mapping) else {}
     return {}
 
 

@@ -5,7 +5,9 @@ and the tool choice (never Python's salted ``hash()``). An unseeded request with
 ``temperature > 0`` also mixes in fresh OS randomness, so repeated requests differ like a sampled
 model's would; with a seed or ``temperature == 0`` the reply is fully reproducible.
 ``max_tokens``, ``stop`` and ``ignore_eos`` are deliberately left out of the hash: as with greedy
-decoding on a real model, a capped reply is a prefix of the uncapped one.
+decoding on a real model, a capped reply is a prefix of the uncapped one. So is the reasoning
+effort: a seeded request gives the same visible reply at every effort, only the thinking before
+it changes.
 
 Independent decisions (length, text, tool choice, arguments, botching) draw from separate
 streams derived from the same hash, so changing one knob does not reshuffle the others.
@@ -17,19 +19,23 @@ import hashlib
 import json
 import os
 import random
+from typing import Any
 
 from .request import GenerationRequest
 
 
 def request_digest(req: GenerationRequest) -> bytes:
     """Stable hash of what determines the reply; fresh entropy only for unseeded sampling."""
-    material = {
+    material: dict[str, Any] = {
         "seed": req.seed,
         "model": req.model,
         "messages": list(req.messages),
         "tools": [[t.name, t.description, t.parameters] for t in req.tools],
         "tool_choice": req.tool_choice,
     }
+    if req.response_format is not None:  # left out otherwise: older seeds keep their replies
+        fmt = req.response_format
+        material["response_format"] = [fmt.kind, fmt.schema]
     blob = json.dumps(material, sort_keys=True, separators=(",", ":"), default=str).encode()
     h = hashlib.blake2b(blob, digest_size=32)
     if req.seed is None and req.temperature > 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .anthropic_messages import MessagesProtocol
 from .base import Encoder, Frames, Protocol, RequestContext
 from .openai_chat import ChatProtocol
+from .openai_completions import CompletionsProtocol
 from .openai_responses import ResponsesProtocol
 
 __all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_path"]
@@ -12,12 +13,14 @@ __all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_
 CHAT = ChatProtocol()
 RESPONSES = ResponsesProtocol()
 MESSAGES = MessagesProtocol()
+COMPLETIONS = CompletionsProtocol()
 
 # path under the API prefix -> the protocol that serves it
 ENDPOINTS: dict[str, Protocol] = {
     "/chat/completions": CHAT,
     "/responses": RESPONSES,
     "/messages": MESSAGES,
+    "/completions": COMPLETIONS,
 }
 
 

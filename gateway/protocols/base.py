@@ -7,14 +7,15 @@ a protocol only says how its wire format looks.
 
 Events are ``Frames``: a list of ``(event type, JSON body)`` pairs. The SSE transport frames them
 as ``event:``/``data:`` lines (or ``data:`` alone for Chat Completions), the websocket as one text
-frame per event.
+frame per event. Token events take a fast path common to every encoder (``gateway.protocols.events``):
+encoded ahead a run at a time, sent as slices, grouped ``stream_interval`` tokens to an event.
 """
 
 from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -22,9 +23,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
+from backends.mockmodel import Generation, Piece
+
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
+from .events import EventBuffer, Merged, Runs, buffered, grouped, sse_framed
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -49,9 +53,34 @@ class RequestContext:
 
 
 class Encoder(ABC):
-    """One job's wire events. ``closing`` runs after settlement, so its usage is final."""
+    """One job's wire events. ``closing`` runs after settlement, so its usage is final.
+
+    ``tokens`` loops on ``self.pieces(start, stop, out)`` (``out``: the list its events go in):
+    that loop is what groups ``interval`` tokens to an event and tells the fast path which
+    events belong to which token. The stream asks for ``sse_tokens`` / ``frame_tokens``."""
 
     named_events: ClassVar[bool] = True  # SSE ``event:`` lines (Chat Completions has none)
+    job: Job
+    interval: int = 1  # tokens per event: the tier's ``stream_interval`` (set by the turn)
+    _marks: list[tuple[int, int]] | None = None  # recording where each token's events begin
+    _buffer: EventBuffer | None = None
+    _runs: Runs | None = None
+
+    def pieces(self, start: int, stop: int,
+               out: Frames | None = None) -> Iterator[tuple[int, Piece | Merged]]:
+        """(index, piece) for each event of tokens ``start .. stop`` of the reply: every token
+        with ``interval`` 1; with N, a run of text (or of one tool call's arguments) inside a
+        group of N merged into one piece, at the index of its last token."""
+        runs = self._runs
+        if runs is None and self.interval > 1 and isinstance(self.job.gen, Generation):
+            runs = self._runs = Runs(self.job.gen.pieces)  # once per reply
+        return grouped(self.job.gen.pieces, start, stop, self.interval, self._marks, out, runs)
+
+    def ran_ahead(self) -> int | None:
+        """If this encoder made events beyond those it handed to the transport: how many
+        tokens' events it handed out (its state must be rewound there); else None."""
+        buf = self._buffer
+        return buf.served if buf is not None and buf.encoded > buf.served else None
 
     def opening(self) -> Frames:
         return []
@@ -76,15 +105,39 @@ class Encoder(ABC):
         """The terminal event of a turn the client cancelled (websocket ``response.cancel``)."""
         return []
 
+    def framed(self, frames: Frames) -> list[bytes]:
+        return sse_framed(frames, self.named_events)
+
     def sse(self, frames: Frames) -> bytes:
-        if self.named_events:
-            return b"".join(b"event: " + t.encode() + b"\ndata: " + b + b"\n\n" for t, b in frames)
-        return b"".join(b"data: " + b + b"\n\n" for _, b in frames)
+        return b"".join(self.framed(frames))
 
     def sse_tokens(self, start: int, count: int) -> bytes:
-        """The hot path: one write for a batch of tokens. Encoders may override it with a
-        specialised version; the default frames ``tokens``."""
-        return self.sse(self.tokens(start, count))
+        """The hot path over SSE: the events of tokens ``start .. start+count`` as one write,
+        a slice of what ``EventBuffer`` encoded ahead. Tokens are asked for in order."""
+        buf = self._buffer
+        if buf is None or not buf.sse:
+            buf = buffered(self)
+            if buf is None:
+                return self.sse(self.tokens(start, count))
+            buf.sse = True
+            buf.wire = self.framed(buf.frames)
+        stop = start + count
+        if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
+            buf.served = stop
+            index, t0 = buf.index, buf.tok0
+            f0, f1 = index[start - t0], index[stop - t0]
+        else:
+            f0, f1 = buf.span(start, stop)
+        wire = buf.wire
+        return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
+
+    def frame_tokens(self, start: int, count: int) -> Frames:
+        """The same for the websocket: the events, one frame each."""
+        buf = buffered(self)
+        if buf is None:
+            return self.tokens(start, count)
+        f0, f1 = buf.span(start, start + count)
+        return buf.frames[f0:f1]
 
 
 class Protocol(ABC):
@@ -112,8 +165,16 @@ class Protocol(ABC):
 
     def error_response(self, error: APIError, request_id: str) -> Response:
         return Response(orjson.dumps(self.error_body(error, request_id)), self.status(error),
-                        headers={**error.headers, **self.id_headers(request_id)},
+                        headers={**self.limit_headers(error.headers),
+                                 **self.id_headers(request_id)},
                         media_type="application/json")
+
+    limit_prefix: ClassVar[str] = "anthropic-"  # rate-limit headers of the other provider
+
+    def limit_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
+        """The rate-limit headers in this protocol's names (``gateway.auth`` makes both)."""
+        drop = self.limit_prefix
+        return {k: v for k, v in headers.items() if not k.startswith(drop)}
 
     def id_headers(self, request_id: str) -> dict[str, str]:
         return {"x-request-id": request_id}

@@ -1,11 +1,16 @@
 """Remote tiers: the gateway in front of engine services (or any OpenAI-compatible server).
 
-``pool`` picks an upstream and tracks health, ``proxy`` runs a request against the pool with
-retries, ``rewrite`` reads and rewrites the upstream's answer, ``http`` is the keep-alive client.
+``pool`` picks an upstream and tracks health, ``proxy`` admits a turn on an upstream with
+retries, ``translate`` maps every protocol to the upstream's Chat Completions and its answer back
+to a reply, ``stream`` makes that answer a ``Job``, ``rewrite`` maps upstream errors, ``http`` is
+the keep-alive client.
 """
 
 from .pool import Upstream, UpstreamPool
 from .proxy import RemoteTiers
-from .rewrite import Call, Tap, upstream_error
+from .rewrite import upstream_error
+from .stream import RemoteJob, UpstreamStream
+from .translate import ChunkReader, LiveReply, upstream_payload
 
-__all__ = ["Call", "RemoteTiers", "Tap", "Upstream", "UpstreamPool", "upstream_error"]
+__all__ = ["ChunkReader", "LiveReply", "RemoteJob", "RemoteTiers", "Upstream", "UpstreamPool",
+           "UpstreamStream", "upstream_error", "upstream_payload"]

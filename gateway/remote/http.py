@@ -203,6 +203,11 @@ class Response:
         return b"".join([piece async for piece in self.chunks()])
 
     async def aclose(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Return the connection to the pool if the answer was read to its end, else close it
+        (synchronous: a cancelled stream frees its upstream connection at once)."""
         if self._closed:
             return
         self._closed = True

@@ -1,24 +1,24 @@
 """Remote tiers: the gateway in front of engine services (or any OpenAI-compatible server).
 
 A tier listed under ``[remote.tiers.NAME]`` is served by a pool of upstream base URLs instead of
-the in-process deployment. Per request the gateway still authenticates, resolves the tier, checks
-the context window and the rate limits, and bills at its own prices; the upstream only generates.
+the in-process deployment, for every protocol: Chat Completions, the Responses API over SSE and
+the websocket (``previous_response_id`` included) and Anthropic Messages. The gateway translates
+each turn to the upstream's Chat Completions (``translate``) and renders the answer with the
+protocol's own encoder: ``admit`` returns a ``Job`` whose token stream is the upstream's
+(``stream``), and the turn pipeline does the rest exactly as for an in-process tier. Per request
+the gateway still authenticates, resolves the tier, checks the context window and the rate
+limits, keeps the conversation, and bills at its own prices; the upstream only generates.
 
 - Balancing: least outstanding requests among the healthy upstreams (ties rotate).
 - Health: every ``health_interval_s`` a GET on ``health_path`` (``/healthz`` for fastmode engines,
   ``/health`` or ``/v1/models`` for vLLM and others); a failed check, or a refused / reset
   connection during a request, takes the upstream out of rotation; a good check brings it back.
+  ``readiness()`` says whether every remote tier has an upstream in rotation.
 - Retries: a request moves to another upstream (up to ``max_attempts``) only while nothing has
   reached the client: connection failures, a 429/502/503/504 answer, or an upstream that dies
-  before its first byte. Once a stream has started, a failure ends it with an OpenAI error event
-  (``data: {"error": ...}``), which the SDKs raise.
-- Streaming: the upstream's SSE bytes go to the client as they arrive, cut only at event
-  boundaries (a half event is useless to a client), never re-encoded; ``stream_options.
-  include_usage`` is forced upstream so the usage chunk can be read (and removed again when the
-  client did not ask for it). Usage and cost are counted once in the gateway's metrics, at the
-  gateway's prices.
-- Only Chat Completions is proxied; the Responses and Messages APIs answer 400 on a remote
-  tier.
+  before its first byte. A non-streamed client request is sent upstream non-streamed, so it is
+  retried until it has its whole answer. Once a stream has started, a failure ends it with the
+  protocol's error event.
 """
 
 from __future__ import annotations
@@ -26,28 +26,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import httpx
-import orjson
 from prometheus_client import Counter
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+
+from backends.drivers import TokenStream
+from backends.engine import Tier
+from backends.mockmodel import Generation
 
 from ..admission import Gateway
 from ..config import Config, RemoteConfig
 from ..errors import APIError, retry_headers
 from ..ids import new_id
-from ..protocols.openai_chat import ChatRequest
+from ..netem import network_time
 from ..request import TurnRequest
-from ..routing import service_tier_label
-from ..turn import _disconnected
-from .http import Disconnected, Pool, ReadTimeout, UpstreamError
+from ..turn import ClientGone
+from .http import Pool, ReadTimeout, UpstreamError
 from .http import Response as UpstreamResponse
 from .pool import Upstream, UpstreamPool, _PoolCollector
-from .rewrite import Call, Tap, _error_event, settle_call, upstream_error
+from .rewrite import upstream_error
+from .stream import RemoteJob, UpstreamStream
+from .translate import LiveReply, reply_from_completion, upstream_payload
 
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 RETRY_STATUSES = {429, 502, 503, 504}
 
 
@@ -60,25 +62,19 @@ class _Failed(Exception):
         self.overloaded = overloaded
 
 
-class ProxyStream(StreamingResponse):
-    """A StreamingResponse that settles and closes its upstream however the response ends
-    (finished, client gone, cancelled), even if its body iterator never ran."""
+class _Opened:
+    """An upstream that answered 200: which, its response, its first bytes (the whole body when
+    not streamed) and, for a stream, the iterator of the rest."""
 
-    def __init__(self, content, cleanup, **kw) -> None:
-        super().__init__(content, **kw)
-        self._cleanup = cleanup
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            with contextlib.suppress(Exception):
-                await self.body_iterator.aclose()  # type: ignore[attr-defined]
-            await self._cleanup(499)
+    def __init__(self, up: Upstream, resp: UpstreamResponse, first: bytes, attempts: int,
+                 chunks: AsyncIterator[bytes] | None = None) -> None:
+        self.up, self.resp, self.first, self.attempts = up, resp, first, attempts
+        self.chunks = chunks
 
 
 class RemoteTiers:
-    """The upstream pools of one gateway app, their health checks and the proxy."""
+    """The upstream pools of one gateway app, their health checks and the admission of turns
+    on remote tiers."""
 
     def __init__(self, config: Config, gateway: Gateway) -> None:
         self.config = config
@@ -86,14 +82,15 @@ class RemoteTiers:
         self.gateway = gateway
         self.pools = {name: UpstreamPool(name, cfg) for name, cfg in self.settings.tiers.items()}
         self.http: dict[str, Pool] = {}  # one keep-alive pool per upstream URL
+        self.jobs: set[RemoteJob] = set()  # with an upstream request open (drained on stop)
         self._health_client: httpx.AsyncClient | None = None
         self._health_task: asyncio.Task | None = None
         if self.pools:
             r = gateway.metrics.registry
             self.attempts = Counter(
                 "fastmode_upstream_attempts",
-                "Upstream attempts by tier, upstream and outcome "
-                "(ok, error: passed on, retried, failed: stream cut)",
+                "Upstream attempts by tier, upstream and outcome (ok, error: passed on, "
+                "retried, failed: stream cut, cancelled)",
                 ["tier", "upstream", "outcome"], registry=r,
             )
             r.register(_PoolCollector(self.pools))
@@ -114,7 +111,15 @@ class RemoteTiers:
         self._health_task = asyncio.get_running_loop().create_task(
             self._health_loop(), name="upstream-health")
 
-    async def stop(self) -> None:
+    async def stop(self, drain_s: float = 30.0) -> None:
+        """Let running remote turns finish (bounded), then cancel the rest and close."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + drain_s
+        while self.jobs and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for job in list(self.jobs):
+            job.cancel()
+            self.gateway.settle(job, 499)
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -148,119 +153,146 @@ class RemoteTiers:
         else:
             pool.mark_down(up, why)
 
+    def readiness(self) -> dict[str, Any]:
+        """``{"ready": bool, "tiers": {tier: {"in_rotation": n, "upstreams": m}}}``: ready when
+        every remote tier has at least one upstream in rotation (what a readiness probe and a
+        load balancer in front of several gateways should read)."""
+        tiers = {name: {"in_rotation": sum(u.healthy for u in p.upstreams),
+                        "upstreams": len(p.upstreams)} for name, p in self.pools.items()}
+        return {"ready": all(t["in_rotation"] > 0 for t in tiers.values()), "tiers": tiers}
+
     # -- routing --------------------------------------------------------------------------
 
     def serves(self, model: str, fast: bool) -> bool:
         """Whether this request's tier is remote (raises 404 for an unknown model)."""
         return bool(self.pools) and self.gateway.resolve(model, fast).name in self.pools
 
-    def unsupported(self, protocol: str) -> APIError:
-        """400 for an API the remote path does not proxy (only Chat Completions is)."""
-        api = {"responses": "The Responses API", "messages": "The Anthropic Messages API"}
-        return APIError(
-            400,
-            f"{api.get(protocol, protocol)} is not supported on remote tiers (served by upstream "
-            "engines); use /v1/chat/completions.",
-            param="model",
-            code="unsupported_on_remote_tier",
-        )
+    # -- admission ------------------------------------------------------------------------
 
-    # -- the proxy ------------------------------------------------------------------------
+    async def admit(self, turn: Any, stream: bool | None = None,
+                    disconnected: Callable[[], Awaitable[None]] | None = None) -> RemoteJob:
+        """Admit ``turn`` (a ``gateway.turn.Turn``) on its remote tier: the checks of an
+        in-process admission, then the upstream request, retried across upstreams until one
+        answers. Sets ``turn.job`` and ``turn.encoder`` as ``Turn.admit`` does.
 
-    async def chat(
-        self,
-        request: Request,
-        body: dict[str, Any],
-        req: ChatRequest,
-        turn: TurnRequest,
-        started: float,
-    ) -> Response:
+        ``stream``: ask the upstream for a stream (default: as the client asked; the websocket
+        always streams). ``disconnected``: for a non-streamed request, resolves when the client
+        goes away, which abandons the upstream request (``ClientGone``; nothing is billed:
+        nothing was sent)."""
+        req: TurnRequest = turn.request
+        streaming = req.stream if stream is None else stream
+        work = self._admit(req, streaming)
+        job: RemoteJob | None
+        if streaming or disconnected is None:
+            job = await work
+        else:
+            job = await _unless(work, disconnected())
+            if job is None:
+                self.gateway.metrics.record(self.gateway.resolve(req.model, req.fast).name, 499)
+                raise ClientGone()
+        turn.job = job
+        turn.encoder = turn.protocol.encoder(job, turn.req, req)
+        return job
+
+    async def _admit(self, req: TurnRequest, streaming: bool) -> RemoteJob:
         gw = self.gateway
-        principal = gw.auth.authenticate(turn.authorization)
-        tier = gw.resolve(req.model, turn.fast)
-        prompt_tokens = turn.prompt_tokens
-        cap = gw.router.max_output(tier, prompt_tokens, turn.max_tokens)
-        limit_headers = gw.auth.check(principal, tier.name, prompt_tokens + cap)
-        include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
-        call = Call(new_id("req"), tier, tier.name, prompt_tokens, started, include_usage,
-                    headers=limit_headers)
-        if req.stream:
-            return await self._stream(call, body, req)
-        task = asyncio.ensure_future(self._complete(call, body, req))
-        watch = asyncio.ensure_future(_disconnected(request))
-        try:
-            await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
-                self._settle(call, 499)
-        if task.cancelled():
-            return Response(status_code=499)
-        return task.result()
+        principal = gw.auth.authenticate(req.authorization)
+        tier = gw.resolve(req.model, req.fast)
+        requested = tier.name
+        cap = gw.router.max_output(tier, req.prompt_tokens, req.max_tokens)
+        headers = gw.auth.check(principal, tier.name, req.prompt_tokens + cap)
+        rid = new_id("req")
+        loop = asyncio.get_running_loop()
+        arrival = loop.time()
+        opened, tier = await self._open(rid, req, tier, cap, streaming)
+        up = opened.up
+        reply, usage, time_info = LiveReply(), None, None
+        if not streaming:
+            try:
+                reply, usage, time_info = reply_from_completion(opened.first)
+            except APIError as exc:
+                up.outstanding -= 1
+                self.attempts.labels(tier.name, up.url, "error").inc()
+                opened.resp.close()
+                gw.metrics.record(tier.name, exc.status)
+                raise
 
-    def _payload(self, tier: str, body: dict[str, Any], stream: bool) -> bytes:
-        cfg = self.pools[tier].cfg
-        up = dict(body)
-        up.pop("service_tier", None)  # the gateway chose the tier; the upstream just serves
-        if cfg.model:
-            up["model"] = cfg.model
-        if stream:
-            up["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        return orjson.dumps(up)
+        def on_end(outcome: str, exc: UpstreamError | None) -> None:
+            up.outstanding -= 1
+            self.attempts.labels(tier.name, up.url, outcome).inc()
+            if exc is not None and not isinstance(exc, ReadTimeout):
+                self.pools[tier.name].mark_down(up, type(exc).__name__)
+            self.jobs.discard(job)
 
-    async def _open(self, call: Call, body: dict[str, Any], req: ChatRequest) -> bytes:
-        """Start the request on an upstream of the call's tier, moving to another upstream
-        while nothing has been read; with a downgrade to standard when the fast pool is full
-        and ``server.fast_overflow = "downgrade"``. Returns the first bytes (whole body when
-        not streaming); ``call.upstream`` and ``call.response`` are set."""
+        upstream = UpstreamStream(reply, opened.resp, on_end, arrival)
+        headers = {**headers, "x-fastmode-upstream": up.url,
+                   "x-fastmode-upstream-attempts": str(opened.attempts)}
+        if upstream_rid := opened.resp.headers.get("x-request-id"):
+            headers["x-fastmode-upstream-request-id"] = upstream_rid
+        job = RemoteJob(
+            id=rid, model=req.model, tier=tier, requested_tier=requested,
+            gen=cast(Generation, reply),  # a LiveReply reads like a Generation (translate.py)
+            prompt_tokens=req.prompt_tokens, cached_tokens=0,
+            stream=cast(TokenStream, upstream), created=int(time.time()), principal=principal,
+            network_s=network_time.get(), headers=headers, upstream=upstream,
+        )
+        self.jobs.add(job)
+        if not streaming:
+            job.take_usage(usage, time_info)
+            upstream.complete(loop.time())
+            return job
+        assert opened.chunks is not None
         try:
-            return await self._attempts(call, self._payload(call.tier.name, body, req.stream),
-                                        req.stream)
+            upstream.opened(opened.first, opened.chunks)
+        except APIError:
+            gw.settle(job, 502)
+            raise
+        return job
+
+    async def _open(self, rid: str, req: TurnRequest, tier: Tier, cap: int, streaming: bool
+                    ) -> tuple[_Opened, Tier]:
+        """The request on an upstream of the tier, moving to another upstream while nothing
+        has been read; with a downgrade to standard when the fast pool is full and
+        ``server.fast_overflow = "downgrade"``."""
+        gw = self.gateway
+        try:
+            return await self._attempts(rid, tier.name, req, cap, streaming), tier
         except _Failed as failed:
-            gw = self.gateway
             standard = gw.resolve(req.model, False)
-            if not failed.overloaded or standard.name == call.tier.name:
-                self._settle(call, failed.error.status)
+            if not failed.overloaded or standard.name == tier.name:
+                gw.metrics.record(tier.name, failed.error.status)
                 raise failed.error from None
             if gw.config.server.fast_overflow != "downgrade" or standard.name not in self.pools:
-                self._settle(call, 429)
+                gw.metrics.record(tier.name, 429)
                 raise APIError(
-                    429,
-                    f"The {call.tier.name} tier is at capacity. Retry shortly or use the "
-                    "standard tier.",
-                    code="rate_limit_exceeded",
-                    type="requests",
-                    headers=retry_headers(gw.config.server.retry_after_s),
-                ) from None
+                    429, f"The {tier.name} tier is at capacity. Retry shortly or use the "
+                    "standard tier.", code="rate_limit_exceeded", type="requests",
+                    headers=retry_headers(gw.config.server.retry_after_s)) from None
             gw.metrics.downgrades.labels(standard.name).inc()
-            call.tier = standard
             try:
-                return await self._attempts(
-                    call, self._payload(standard.name, body, req.stream), req.stream)
+                return await self._attempts(rid, standard.name, req, cap, streaming), standard
             except _Failed as again:
-                self._settle(call, again.error.status)
+                gw.metrics.record(standard.name, again.error.status)
                 raise again.error from None
 
-    async def _attempts(self, call: Call, payload: bytes, stream: bool) -> bytes:
+    async def _attempts(self, rid: str, tier: str, req: TurnRequest, cap: int, stream: bool
+                        ) -> _Opened:
         assert self.http, "RemoteTiers.start() was not awaited"
-        pool = self.pools[call.tier.name]
+        pool = self.pools[tier]
         s = self.settings
+        payload = upstream_payload(req, cap, pool.cfg.model or req.model, stream)
         tried: set[Upstream] = set()
         last: APIError | None = None
         overloaded = True
         read_timeout = s.stream_idle_timeout_s if stream else s.request_timeout_s
-        headers = {"content-type": "application/json", "x-request-id": call.id, **pool.auth}
+        headers = {"content-type": "application/json", "x-request-id": rid, **pool.auth}
         if stream:
             headers["accept"] = "text/event-stream"
-        for _ in range(s.max_attempts):
+        for attempt in range(1, s.max_attempts + 1):
             up = pool.pick(tried)
             if up is None:
                 break
             tried.add(up)
-            call.attempts += 1
             up.outstanding += 1
             resp: UpstreamResponse | None = None
             outcome = "cancelled"
@@ -272,8 +304,7 @@ class RemoteTiers:
                     err = upstream_error(resp.status_code, await resp.read(), resp.headers)
                     if resp.status_code not in RETRY_STATUSES:
                         outcome = "error"
-                        self._settle(call, err.status)
-                        raise err
+                        raise _Failed(err, False)
                     overloaded &= resp.status_code in (429, 503)
                     last = err
                     outcome = "retried"
@@ -283,13 +314,11 @@ class RemoteTiers:
                     first = b""
                     while not first:  # an upstream that closes at once counts as failed
                         first = await it.__anext__()
-                    call.chunks = it
+                    opened = _Opened(up, resp, first, attempt, it)
                 else:
-                    first = await resp.read()
+                    opened = _Opened(up, resp, await resp.read(), attempt)
                 outcome = "ok"
-                call.upstream, call.response = up, resp
-                call.first_byte = time.perf_counter()
-                return first
+                return opened
             except (UpstreamError, StopAsyncIteration) as exc:
                 kind = type(exc).__name__
                 outcome = "retried"
@@ -298,124 +327,40 @@ class RemoteTiers:
                                     code="upstream_timeout")
                     if not stream:  # it had the whole request_timeout_s: do not start again
                         outcome = "error"
-                        self._settle(call, 504)
-                        raise last from None
+                        raise _Failed(last, False) from None
                 else:
                     pool.mark_down(up, kind)
                     last = APIError(
                         503, "No upstream server could take the request: "
-                        f"{kind} from the last one tried.",
-                        code="upstream_unavailable",
-                        headers=retry_headers(self.config.server.retry_after_s),
-                    )
+                        f"{kind} from the last one tried.", code="upstream_unavailable",
+                        headers=retry_headers(self.config.server.retry_after_s))
                 overloaded = False
             finally:
-                self.attempts.labels(call.tier.name, up.url, outcome).inc()
                 if outcome != "ok":
+                    self.attempts.labels(tier, up.url, outcome).inc()
                     up.outstanding -= 1
                     if resp is not None:
-                        await resp.aclose()
+                        resp.close()
         if last is None:
-            last = APIError(503, f"No upstream server is configured for the {call.tier.name} "
-                            "tier.", code="upstream_unavailable",
+            last = APIError(503, f"No upstream server is configured for the {tier} tier.",
+                            code="upstream_unavailable",
                             headers=retry_headers(self.config.server.retry_after_s))
             overloaded = False
         raise _Failed(last, overloaded)
 
-    def _headers(self, call: Call) -> dict[str, str]:
-        h = {
-            "x-request-id": call.id,
-            "x-fastmode-tier": call.tier.name,
-            "openai-processing-ms": str(int((time.perf_counter() - call.started) * 1000)),
-            **call.headers,
-        }
-        if call.upstream is not None:
-            h["x-fastmode-upstream"] = call.upstream.url
-            h["x-fastmode-upstream-attempts"] = str(call.attempts)
-        if call.response is not None and (rid := call.response.headers.get("x-request-id")):
-            h["x-fastmode-upstream-request-id"] = rid
-        if call.requested_tier != call.tier.name:
-            h["x-fastmode-requested-tier"] = call.requested_tier
-        return h
 
-    async def _complete(self, call: Call, body: dict[str, Any], req: ChatRequest) -> Response:
-        try:
-            raw = await self._open(call, body, req)
-        finally:
-            if call.upstream is not None:
-                call.upstream.outstanding -= 1
-                assert call.response is not None
-                await call.response.aclose()
-        try:
-            data = orjson.loads(raw)
-            usage = data["usage"]
-            assert isinstance(usage, dict)
-        except (orjson.JSONDecodeError, KeyError, TypeError, AssertionError):
-            self._settle(call, 502)
-            raise APIError(502, "Upstream error: the upstream's answer is not a chat completion "
-                           "with usage.", type="server_error", code="bad_upstream_response"
-                           ) from None
-        call.usage = usage
-        if isinstance(data.get("time_info"), dict):
-            call.time_info = data["time_info"]
-        self._settle(call, 200)
-        data["usage"] = {**usage, "cost_usd": call.cost_usd}
-        data["service_tier"] = service_tier_label(call.tier.name)
-        headers = self._headers(call)
-        headers["x-fastmode-cost-usd"] = f"{call.cost_usd:.8f}"
-        return Response(orjson.dumps(data), 200, headers=headers, media_type="application/json")
-
-    async def _stream(self, call: Call, body: dict[str, Any], req: ChatRequest) -> Response:
-        first = await self._open(call, body, req)
-        up, resp = call.upstream, call.response
-        assert up is not None and resp is not None
-        tap = Tap(call, service_tier_label(call.tier.name))
-        closed = False
-
-        async def cleanup(status: int) -> None:
-            nonlocal closed
-            self._settle(call, status)
-            if not closed:
-                closed = True
-                up.outstanding -= 1
-                await resp.aclose()
-
-        async def relay():
-            status = 499
-            try:
-                out = tap.feed(first)
-                if tap.done:
-                    status = 200
-                    self._settle(call, 200)
-                if out:
-                    yield out
-                async for chunk in call.chunks:
-                    out = tap.feed(chunk)
-                    if tap.done:
-                        status = 200
-                        self._settle(call, 200)
-                    if out:
-                        yield out
-                if not tap.done:
-                    raise Disconnected("the upstream ended the stream before [DONE]")
-            except UpstreamError as exc:
-                status = 502
-                timeout = isinstance(exc, ReadTimeout)
-                self.attempts.labels(call.tier.name, up.url, "failed").inc()
-                if not timeout:
-                    self.pools[call.tier.name].mark_down(up, type(exc).__name__)
-                self._settle(call, 502)
-                yield _error_event(
-                    "The upstream server " + ("went silent" if timeout else "failed") +
-                    " in the middle of the response; the stream is incomplete.",
-                    "upstream_timeout" if timeout else "upstream_disconnected")
-            finally:
-                await cleanup(status)
-
-        return ProxyStream(relay(), cleanup, media_type="text/event-stream",
-                           headers={**SSE_HEADERS, **self._headers(call)})
-
-    # -- settlement -----------------------------------------------------------------------
-
-    def _settle(self, call: Call, status: int) -> None:
-        settle_call(call, self.gateway.metrics, status)
+async def _unless(work: Awaitable[RemoteJob], gone: Awaitable[None]) -> RemoteJob | None:
+    """``work``, or None if ``gone`` resolved first (``work`` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(gone)
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    if task.cancelled():
+        return None
+    return task.result()

@@ -16,6 +16,11 @@ encoder), ending with ``response.completed`` / ``response.incomplete`` or an
   are refused by the server (close 1009) before they are buffered;
 * after ``server.max_connection_age_s`` the server lets running turns finish (at most
   ``AGE_GRACE_S``) and closes with 1001 and a reason;
+* at most ``server.ws_max_connections`` sockets are open (``ws_max_connections_per_key`` per
+  API key): past that the upgrade is refused with 429 ``websocket_connection_limit_reached``; a
+  socket with no frame and no turn for ``server.ws_idle_timeout_s`` is closed with 1001;
+* on a graceful shutdown, new turns get an ``error`` event (503) and running ones the grace
+  period, then their ``response.failed`` event, then the socket closes with 1001;
 * with ``--emulate-rtt-ms``, opening the socket costs TCP + TLS + upgrade and each turn one RTT
   (``gateway.netem``).
 """
@@ -37,6 +42,8 @@ def add_routes(app: FastAPI, gateway: Gateway, network: NetworkModel | None = No
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
 
         async def responses_ws(websocket: WebSocket, fast: bool = fast) -> None:
-            await Session(websocket, gateway, websocket.app.state.responses, fast, net).serve()
+            state = websocket.app.state
+            await Session(websocket, gateway, state.responses, fast, net,
+                          getattr(state, "shutdown", None)).serve()
 
         app.router.add_websocket_route(prefix + "/responses", responses_ws)

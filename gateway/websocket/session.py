@@ -2,6 +2,8 @@
 
 Each turn runs through the same ``Turn`` pipeline as the HTTP routes (``gateway.turn``); this
 module adds only what a persistent connection needs: lanes, cancellation, limits and framing.
+Faults apply per turn (the upgrade's ``x-fastmode-fault`` header, admin and config rules): a
+status fault is an ``error`` event with that status; ``cut`` closes the socket (1011) mid-turn.
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from starlette.websockets import WebSocket
 from ..admission import Gateway
 from ..errors import APIError, bad_request
 from ..job import Job
+from ..limits import check_request
 from ..netem import NetworkModel, network_time
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.base import Frames
 from ..protocols.openai_responses import ResponsesRequest
 from ..response_store import ConnectionStore, ResponseStore
+from ..shutdown import Shutdown
 from ..turn import Turn, internal_error
+from ..turn_http import RAW_SEND
+from .life import ConnectionLife, limit_error
 
 log = logging.getLogger("fastmode.websocket")
 
@@ -31,10 +37,8 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024  # larger frames: close 1009 (uvicorn ws_max_
 MAX_LANES = 16  # stream_id lanes running at once on one connection (OpenAI: 16)
 MAX_PENDING = 64  # response.create accepted and not yet finished, per connection
 RECENT_RESPONSES = 16  # responses a connection keeps in memory for previous_response_id
-AGE_GRACE_S = 30.0  # at the age limit, running turns get this long to finish
-CLOSE_GOING_AWAY = 1001  # the SDK treats 1001 as recoverable and may reconnect
 CLOSE_POLICY = 1008
-LIMIT_CODE = "websocket_connection_limit_reached"
+CLOSE_CUT = 1011  # the `cut` fault, or a reader that stopped reading
 EVENT_TYPES = ("response.create", "response.cancel")
 _DROPPED_FIELDS = ("type", "stream_id", "stream", "stream_options")
 
@@ -68,7 +72,7 @@ def error_event(exc: APIError, sid: str | None = None) -> bytes:
     return orjson.dumps(event)
 
 
-class Session:
+class Session(ConnectionLife):
     """One websocket connection."""
 
     def __init__(
@@ -78,8 +82,13 @@ class Session:
         store: ResponseStore,
         fast: bool,
         network: NetworkModel,
+        shutdown: Shutdown | None = None,
     ) -> None:
         self.ws = websocket
+        self.shutdown = shutdown
+        self.key = ""  # the API key (auth on), for the per-key connection cap
+        self.last_frame = 0.0  # loop time of the last frame received (idle timeout)
+        self.stopping: APIError | None = None  # why new turns are refused (shutdown)
         self.gateway = gateway
         self.store = store
         self.cache = ConnectionStore(store, RECENT_RESPONSES)
@@ -97,23 +106,36 @@ class Session:
     async def serve(self) -> None:
         if not await self._authenticate():
             return
-        if self.network.enabled:
-            await asyncio.sleep(self.network.ws_connect_s())
-        await self.ws.accept()
-        age = asyncio.create_task(self._age_limit())
+        sessions = self.shutdown.sessions if self.shutdown is not None else set()
+        sessions.add(self)
         try:
-            await self._read()
+            if self.network.enabled:
+                await asyncio.sleep(self.network.ws_connect_s())
+            await self.ws.accept()
+            self.last_frame = asyncio.get_running_loop().time()
+            age = asyncio.create_task(self._age_limit())
+            idle = asyncio.create_task(self._idle_limit())
+            try:
+                await self._read()
+            finally:
+                age.cancel()
+                idle.cancel()
+                tasks = [lane.task for lane in self.lanes.values() if lane.task is not None]
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(age, idle, *tasks, return_exceptions=True)
         finally:
-            age.cancel()
-            tasks = [lane.task for lane in self.lanes.values() if lane.task is not None]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(age, *tasks, return_exceptions=True)
+            sessions.discard(self)
 
     async def _authenticate(self) -> bool:
-        """Check the upgrade's ``Authorization``; refuse with the HTTP 401 body if bad."""
+        """Check the upgrade's ``Authorization`` and the connection caps; refuse with the HTTP
+        error body (401, 429, 503) if not."""
         try:
-            self.gateway.auth.authenticate(self.authorization)
+            principal = self.gateway.auth.authenticate(self.authorization)
+            self.key = principal.key.key if principal is not None else ""
+            over = self._over_cap()
+            if over is not None:
+                raise over
             return True
         except APIError as exc:
             if "websocket.http.response" in self.ws.scope.get("extensions", {}):
@@ -125,10 +147,12 @@ class Session:
             return False
 
     async def _read(self) -> None:
+        clock = asyncio.get_running_loop().time
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
+            self.last_frame = clock()
             text = message.get("text")
             if text is None:
                 raw = message.get("bytes") or b""
@@ -148,19 +172,6 @@ class Session:
     async def _too_big(self) -> None:
         with contextlib.suppress(Exception):
             await self.ws.close(1009, f"frame over {MAX_FRAME_BYTES} bytes")
-
-    async def _age_limit(self) -> None:
-        await asyncio.sleep(self.max_age)
-        self.closing = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + AGE_GRACE_S
-        while self.lanes and loop.time() < deadline:
-            await asyncio.sleep(0.02)
-        with contextlib.suppress(Exception):
-            await self.ws.close(
-                CLOSE_GOING_AWAY,
-                f"max connection age ({self.max_age:g} s) reached; open a new connection",
-            )
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -197,11 +208,14 @@ class Session:
                                           param="background"), sid)
             return
         try:
-            req: ResponsesRequest = RESPONSES.validate(
-                {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
-            )
+            fields = {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
+            check_request(RESPONSES.name, fields, self.gateway.config.limits)
+            req: ResponsesRequest = RESPONSES.validate(fields)
         except APIError as exc:
             await self._error(exc, sid)
+            return
+        if self.stopping is not None:
+            await self._error(self.stopping, sid)
             return
         if self.closing:
             await self._error(limit_error(self.max_age), sid)
@@ -277,10 +291,12 @@ class Session:
     async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None) -> None:
         ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
-            turn = Turn(self.gateway, RESPONSES, req, ctx)
-            remote = self.ws.app.state.remote
-            if remote.serves(turn.request.model, turn.request.fast):
-                raise remote.unsupported(RESPONSES.name)
+            if self.stopping is not None:
+                raise self.stopping
+            self.gateway.faults.parse(self.headers)  # a malformed fault header: error event
+            if req.previous_response_id:
+                await self.cache.load(req.previous_response_id)
+            turn = Turn(self.gateway, RESPONSES, req, ctx, transport="websocket")
         except APIError as exc:
             await self._error(exc, sid)
             return
@@ -289,7 +305,8 @@ class Session:
             await asyncio.sleep(delay)
         network_time.set(delay)  # this task's context: read by Gateway.admit
         try:
-            job = turn.admit()
+            # faults, then admission on the tier's engine or (remote tier) its upstreams
+            job = await turn.start(self.ws.app.state.remote, stream=True)
         except APIError as exc:
             await self._error(exc, sid)
             return
@@ -304,6 +321,10 @@ class Session:
             failure = None if stream.cancelled() else stream.exception()
             if failure is not None:
                 raise failure
+            if turn.cut or (stream.cancelled() and turn.abort is not None):
+                turn.settle_aborted()  # a `cut` fault, or a reader that stopped reading
+                await self._drop()
+                return
             if not stream.cancelled():
                 return  # the turn ran to its closing (or error) events
             turn.settle(499)  # cancelled: billed for the tokens sent
@@ -315,23 +336,40 @@ class Session:
             turn.settle(499)  # once only: a no-op unless the socket went away
 
     async def _pump(self, turn: Turn, sid: str | None) -> None:
+        turn.writer = asyncio.current_task()
+        clock = asyncio.get_running_loop().time
         events = turn.frames()
         try:
             async for frames in events:
+                turn.writing_since = clock()  # the watchdog cuts a write pending too long
                 await self._send(frames, sid)
+                turn.writing_since = 0.0
         finally:
+            turn.writer = None
             await events.aclose()  # type: ignore[attr-defined]
+
+    async def _drop(self) -> None:
+        """Close the connection mid-turn (no terminal event): bounded, the peer may not read."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.ws.close(CLOSE_CUT, "stream cut"), 1.0)
 
     # -- sending --------------------------------------------------------------------------
 
     async def _send(self, events: Frames, sid: str | None) -> None:
-        if sid is None:
-            for _, body in events:
-                await self._send_raw(body)
-        else:
-            tail = b',"stream_id":' + orjson.dumps(sid) + b"}"
-            for _, body in events:
-                await self._send_raw(body[:-1] + tail)
+        """One text frame per event, with the server's own ``send`` (``RAW_SEND``): a turn's
+        events skip Starlette's per-message checks and middleware wrappers (the socket is open:
+        the session accepted it; a closed one makes the server's send raise)."""
+        send = self.ws.scope.get(RAW_SEND) or self.ws.send
+        try:
+            if sid is None:
+                for _, body in events:
+                    await send({"type": "websocket.send", "text": body.decode()})
+            else:
+                tail = b',"stream_id":' + orjson.dumps(sid) + b"}"
+                for _, body in events:
+                    await send({"type": "websocket.send", "text": (body[:-1] + tail).decode()})
+        except Exception as exc:  # closed socket: uvicorn raises several kinds
+            raise _SocketGone() from exc
 
     async def _send_raw(self, body: bytes) -> None:
         try:
@@ -341,10 +379,3 @@ class Session:
 
     async def _error(self, exc: APIError, sid: str | None = None) -> None:
         await self._send_raw(error_event(exc, sid))
-
-
-def limit_error(max_age: float) -> APIError:
-    return bad_request(
-        f"This connection reached its maximum age ({max_age:g} s) and is closing; open a new "
-        "connection.", code=LIMIT_CODE,
-    )

@@ -31,7 +31,10 @@ def test_predict_placement_json(capsys):
     o = run_json(capsys, PLACEMENT)
     assert PREDICT_KEYS <= o.keys()
     assert o["output_tokens_per_s_per_user"] == pytest.approx(1 / o["itl_s"])
-    assert o["output_tokens_per_s_total"] == pytest.approx(32 / o["itl_s"])
+    # a closed loop: each user's request takes its TTFT plus (output - 1) inter-token gaps
+    per_request = o["ttft_s"] + (o["output_tokens"] - 1) * o["itl_s"]
+    assert o["output_tokens_per_s_total"] == pytest.approx(
+        32 * o["output_tokens"] / per_request, rel=0.02)
     assert o["bound"] == "memory"
     assert o["weights_gb"] == pytest.approx(141.2)
     assert o["kv_capacity_tokens"] > 32 * 2500
@@ -134,8 +137,8 @@ BAD = [
       "--output-tokens", "-5"], "output-tokens: must be > 0"),
     (["predict", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--chips", "1",
       "--prompt-tokens", "5000"], "context window"),
-    (["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--chips", "1",
-      "--batch", "4096"], "KV cache"),
+    (["predict", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--chips", "1",
+      "--precision", "fp8", "--prompt-tokens", "20000"], "KV cache"),
     (["predict", "--tier", "spark", "--prompt-tokens", "200000"], "context window"),
     (["predict", "--tier", "fast", "--prompt-tokens", "0"], "prompt-tokens: must be > 0"),
     (["predict", "--hardware", "h100-sxm"], "required without --tier"),
@@ -168,9 +171,9 @@ def test_unknown_names_list_the_allowed_values(capsys):
     main(["predict", "--model", "gpt-9", "--hardware", "h100-sxm", "--chips", "1"])
     assert "llama-3.1-70b" in capsys.readouterr().err
     main(["predict", "--tier", "turbo"])
-    assert "fast, spark, standard" in capsys.readouterr().err
+    assert "fast, flex, spark, standard" in capsys.readouterr().err
     main(["simulate", "--mix", "turbo=1"])
-    assert "allowed: fast, spark, standard" in capsys.readouterr().err
+    assert "allowed: fast, flex, spark, standard" in capsys.readouterr().err
 
 
 def test_argparse_errors_exit_2(capsys):

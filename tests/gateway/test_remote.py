@@ -1,8 +1,10 @@
-"""Remote tiers (gateway/remote.py) against scripted fake upstreams, and `fastmode engine`'s config.
+"""Remote tiers (gateway/remote/) against scripted fake upstreams, and `fastmode engine`'s config.
 
 The fake upstreams are small OpenAI-compatible servers (vLLM-shaped chunks, no ``time_info``)
-whose behaviour each test sets: answer, fail with a status, die mid-stream, report unhealthy. The
-gateway and the fakes run as real uvicorn servers on loopback in the test's event loop.
+whose behaviour each test sets: answer (text or a tool call), fail with a status, die
+mid-stream, report unhealthy. The gateway and the fakes run as real uvicorn servers on loopback
+in the test's event loop. Every protocol goes through them: Chat Completions, Responses (SSE,
+non-streamed, websocket, previous_response_id) and Anthropic Messages.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.routing import Route
 from gateway.app import create_app
 from gateway.config import Config, ConfigError, default_config_text, load_config
 from gateway.engine_config import engine_config
-from gateway.remote import Call, Tap, UpstreamPool, upstream_error
+from gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -46,6 +48,7 @@ class Fake:
         self.cancelled = 0
         self.tokens = 5
         self.gap = 0.01
+        self.tool = False  # answer with a get_weather tool call instead of text
         self.app = Starlette(routes=[
             Route("/healthz", self.health),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
@@ -74,26 +77,37 @@ class Fake:
                                  "code": 400}, 400)
         usage = {"prompt_tokens": 10, "completion_tokens": self.tokens, "total_tokens":
                  10 + self.tokens, "cost_usd": 999.0}
+        call = {"id": "call_fake1", "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}
         if not body.get("stream"):
+            message = ({"role": "assistant", "content": None, "tool_calls": [call]} if self.tool
+                       else {"role": "assistant", "content": "hi " * self.tokens})
             return JSONResponse({
                 "id": "chatcmpl-fake", "object": "chat.completion", "created": 1,
                 "model": body["model"], "service_tier": "auto",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "hi " * self.tokens}}],
+                "choices": [{"index": 0, "finish_reason": "tool_calls" if self.tool else "stop",
+                             "message": message}],
                 "usage": usage,
             })
         include = (body.get("stream_options") or {}).get("include_usage")
-        mode, n, gap = self.mode, self.tokens, self.gap
+        mode, n, gap, tool = self.mode, self.tokens, self.gap, self.tool
 
         async def gen():
             try:
                 yield self.chunk({"role": "assistant", "content": ""}, usage=None)
-                for i in range(n):
+                if tool:
+                    yield self.chunk({"tool_calls": [{"index": 0, "id": call["id"],
+                                      "type": "function", "function": {
+                                          "name": "get_weather", "arguments": ""}}]})
+                    for frag in ('{"city": ', '"Lyon"}'):
+                        yield self.chunk({"tool_calls": [{"index": 0, "function": {
+                            "arguments": frag}}]})
+                for i in range(0 if tool else n):
                     await asyncio.sleep(gap)
                     if mode == "die" and i == 2:
                         raise RuntimeError("engine crashed")
                     yield self.chunk({"content": f"t{i} "}, usage=None)
-                yield self.chunk({}, "stop", usage=None)
+                yield self.chunk({}, "tool_calls" if tool else "stop", usage=None)
                 if include:
                     yield self.chunk(None, usage=usage)
                 yield b"data: [DONE]\n\n"
@@ -105,9 +119,9 @@ class Fake:
 
 
 @contextlib.asynccontextmanager
-async def serve(app, port: int):
+async def serve(app, port: int, ws: str = "none"):
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on", ws="none"))
+                                           lifespan="on", ws=ws))
     task = asyncio.create_task(server.serve())
     for _ in range(200):
         if server.started:
@@ -137,7 +151,7 @@ async def topo():
     dead = f"http://127.0.0.1:{free_port()}"
     async with serve(a.app, pa) as ua, serve(b.app, pb) as ub:
         app = create_app(remote_config([ua, ub], [dead]))
-        async with serve(app, pg) as ug:
+        async with serve(app, pg, ws="websockets-sansio") as ug:
             yield {"a": a, "b": b, "ua": ua, "ub": ub, "gw": ug, "dead": dead, "app": app}
             while _CLIENTS:
                 await _CLIENTS.pop().close()
@@ -250,11 +264,13 @@ async def test_death_mid_stream_ends_with_an_error_event(topo) -> None:
                 model="frontier", messages=USER, stream=True):
             got.append(c)
     assert len(got) == 3  # role chunk + 2 tokens, then the error
+    assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast") == 1
     assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast",
-                           status="502") == 1
+                           status="200") == 0
     assert await gw_metric(topo["gw"], "fastmode_output_tokens_total", tier="fast") == 2
     assert await gw_metric(topo["gw"], "fastmode_upstream_attempts_total",
                            outcome="failed") == 1
+    assert await gw_metric(topo["gw"], "fastmode_upstream_outstanding", tier="fast") == 0
 
 
 async def test_health_checks_take_upstreams_out_and_back(topo) -> None:
@@ -294,58 +310,63 @@ async def test_client_gone_mid_stream_closes_the_upstream(topo) -> None:
     assert await gw_metric(topo["gw"], "fastmode_requests_total", tier="fast") == 1
 
 
-async def test_local_tiers_unchanged_and_responses_refused_on_remote(topo) -> None:
+async def test_local_tiers_stay_in_process(topo) -> None:
     client = aclient(topo["gw"], "/v1")
     raw = await client.chat.completions.with_raw_response.create(
         model="frontier", messages=USER, max_completion_tokens=3)
     assert "x-fastmode-upstream" not in raw.headers  # standard stays in-process
-    await client.responses.create(model="frontier", input="hi", max_output_tokens=3)
-    with pytest.raises(openai.BadRequestError) as exc:
-        await client.responses.create(model="frontier-spark", input="hi")
-    assert exc.value.code == "unsupported_on_remote_tier"
+    assert raw.headers["x-fastmode-tier"] == "standard"
+    assert not topo["a"].bodies and not topo["b"].bodies
 
 
 # -- pieces -----------------------------------------------------------------------------------
 
 
-def _call(include_usage: bool) -> Call:
-    cfg = load_config()
-    from backends.engine import build
-
-    tier = build(cfg.sim()).tiers["standard"]
-    return Call("req-1", tier, "standard", 10, 0.0, include_usage)
-
-
-def _stream() -> bytes:
+def _stream(tool: bool = False) -> bytes:
     f = Fake()
+    delta = ({"tool_calls": [{"index": 0, "id": "call_x", "type": "function",
+                              "function": {"name": "f", "arguments": '{"a":'}}]} if tool
+             else {"content": "a"})
+    more = ({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]} if tool
+            else {"content": "b"})
     return b"".join([
         f.chunk({"role": "assistant", "content": ""}, usage=None),
-        f.chunk({"content": "a"}, usage=None),
-        f.chunk({}, "stop", usage=None, time_info={"completion_time": 0.5}),
-        f.chunk(None, usage={"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}),
+        f.chunk(delta, usage=None),
+        f.chunk(more, usage=None),
+        f.chunk({}, "tool_calls" if tool else "stop", usage=None,
+                time_info={"completion_time": 0.5}),
+        f.chunk(None, usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
+                             "prompt_tokens_details": {"cached_tokens": 4}}),
         b"data: [DONE]\n\n",
     ])
 
 
 @pytest.mark.parametrize("step", [1, 7, 64, 10_000])
-def test_tap_cuts_at_event_boundaries_whatever_the_chunking(step: int) -> None:
-    data = _stream()
-    call = _call(include_usage=False)
-    tap = Tap(call, "default")
-    out = b"".join(tap.feed(data[i:i + step]) for i in range(0, len(data), step))
-    assert tap.done and not tap.buf
-    assert call.usage == {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
-    assert call.time_info == {"completion_time": 0.5}
-    assert b'"usage"' not in out and b'"service_tier":"auto"' not in out
-    assert out.count(b"\n\n") == 4 and out.endswith(b"data: [DONE]\n\n")
+@pytest.mark.parametrize("tool", [False, True])
+def test_chunk_reader_whatever_the_chunking(step: int, tool: bool) -> None:
+    data = _stream(tool)
+    reply = LiveReply()
+    reader = ChunkReader(reply)
+    added = sum(reader.feed(data[i:i + step]) for i in range(0, len(data), step))
+    assert reader.done and not reader.buf and added == 2 == len(reply.pieces)
+    assert reader.usage is not None and reader.usage["prompt_tokens"] == 10
+    assert reader.time_info == {"completion_time": 0.5}
+    assert reply.output_tokens == 2
+    if tool:
+        assert reply.text == "" and reply.finish_reason == "tool_calls"
+        assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("call_x", "f",
+                                                                            '{"a": 1}')]
+        assert [p.tool for p in reply.pieces] == [0, 0]
+    else:
+        assert reply.text == "ab" and reply.finish_reason == "stop" and not reply.tool_calls
 
 
-def test_tap_keeps_usage_chunk_with_gateway_cost() -> None:
-    call = _call(include_usage=True)
-    out = Tap(call, "default").feed(_stream())
-    usage_event = [e for e in out.split(b"\n\n") if b'"choices":[]' in e][0]
-    usage = orjson.loads(usage_event[6:])["usage"]
-    assert usage["cost_usd"] == pytest.approx(call.tier.prices.cost(10, 0, 1))
+def test_chunk_reader_raises_on_an_upstream_error_event() -> None:
+    from gateway.remote.translate import UpstreamFailed
+
+    reader = ChunkReader(LiveReply())
+    with pytest.raises(UpstreamFailed, match="boom"):
+        reader.feed(b'data: {"error": {"message": "boom", "code": "x"}}\n\n')
 
 
 def test_pick_least_outstanding_healthy() -> None:

@@ -296,9 +296,11 @@ async def test_cancel_mid_stream_frees_the_slot(live_server: str) -> None:
         resp = last["response"]
         assert resp["status"] == "cancelled"
         sent = 5 + sum(e["type"] == "response.output_text.delta" for e in events)
-        assert resp["usage"]["output_tokens"] == sent < 3000
+        # billed: the tokens generated before the cancel was seen (docs/reliability.md)
+        billed = resp["usage"]["output_tokens"]
+        assert sent <= billed < 3000
         assert resp["usage"]["cost_usd"] == pytest.approx(
-            (resp["usage"]["input_tokens"] * 5 + sent * 25) / 1e6)
+            (resp["usage"]["input_tokens"] * 5 + billed * 25) / 1e6)
         assert await wait_for_metric(live_server, "fastmode_replica_running", 0,
                                      deployment="standard") == 0
         assert await metric(live_server, "fastmode_cancelled_total",

@@ -13,13 +13,16 @@ from typing import Any
 
 import orjson
 
-from backends.mockmodel import GenerationRequest, ToolSpec
+from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
+from ...caching import messages_prefix
 from ...errors import APIError, bad_request
 from ...job import Job
 from ...request import TurnRequest
 from ..base import Protocol, RequestContext, resolve_tool_choice
+from ..formats import strict_tools, structured
+from ..sealed import thinking_is_ours
 from .encoder import MessagesEncoder, anthropic_status, error_body
 from .schema import MessagesRequest
 
@@ -39,10 +42,14 @@ def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if req.system:
         out.append({"role": "system", "content": _text(req.system)})
-    for m in req.messages:
+    for i, m in enumerate(req.messages):
         if isinstance(m.content, str):
             out.append({"role": m.role, "content": m.content})
             continue
+        for j, block in enumerate(m.content):
+            if block.get("type") == "thinking" and not thinking_is_ours(block):
+                raise bad_request(f"messages.{i}.content.{j}: Invalid `signature` in "
+                                  "`thinking` block.", param=f"messages[{i}].content[{j}]")
         text = [b for b in m.content if b.get("type") == "text"]
         uses = [b for b in m.content if b.get("type") == "tool_use"]
         results = [b for b in m.content if b.get("type") == "tool_result"]
@@ -64,6 +71,7 @@ def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
 class MessagesProtocol(Protocol):
     name = "messages"
     schema = MessagesRequest
+    limit_prefix = "x-ratelimit-"  # Anthropic's are anthropic-ratelimit-* / anthropic-fast-*
 
     def translate(self, req: MessagesRequest, ctx: RequestContext) -> TurnRequest:
         beta = FAST_BETA in ctx.headers.get("anthropic-beta", "")
@@ -76,6 +84,9 @@ class MessagesProtocol(Protocol):
         specs = tuple(
             ToolSpec(t.name, t.description or "", t.input_schema) for t in req.tools or []
         )
+        strict_tools((spec, bool(t.strict), f"tools[{i}].input_schema")
+                     for i, (spec, t) in enumerate(zip(specs, req.tools or [], strict=True)))
+        effort, budget = thinking(req)
         choice = req.tool_choice
         literal = None if choice is None else {"any": "required"}.get(choice.type, choice.type)
         tool_choice = resolve_tool_choice(
@@ -90,21 +101,30 @@ class MessagesProtocol(Protocol):
             temperature=1.0 if req.temperature is None else req.temperature,
             tools=specs,
             tool_choice=tool_choice,
+            response_format=output_format(req),
+            effort=effort,
+            thinking_budget=budget,
+            parallel_tool_calls=not (choice is not None and choice.disable_parallel_tool_use),
         )
         key = ctx.headers.get("x-api-key")
+        fast = ctx.fast_path or req.speed == "fast"
+        prompt = count_chat_prompt(messages, tools_wire or None)
         return TurnRequest(
             model=req.model,
-            fast=ctx.fast_path or req.speed == "fast",
+            fast=fast,
             generation=gen,
-            prompt_tokens=count_chat_prompt(messages, tools_wire or None),
+            prompt_tokens=prompt,
             max_tokens=req.max_tokens,
             stream=req.stream,
             authorization=f"Bearer {key}" if key else ctx.headers.get("authorization"),
             messages=messages,
+            prefix=messages_prefix(req, fast, prompt),  # cache_control breakpoints
+            reasoning_param="thinking",
         )
 
     def encoder(self, job: Job, req: MessagesRequest, turn: TurnRequest) -> MessagesEncoder:
-        return MessagesEncoder(job)
+        omit = req.thinking is not None and req.thinking.display == "omitted"
+        return MessagesEncoder(job, omit_thinking=omit)
 
     def error_body(self, error: APIError, request_id: str) -> dict[str, Any]:
         return error_body(error, request_id.replace("req-", "req_"))
@@ -114,3 +134,38 @@ class MessagesProtocol(Protocol):
 
     def status(self, error: APIError) -> int:
         return anthropic_status(error)
+
+
+def thinking(req: MessagesRequest) -> tuple[str | None, int | None]:
+    """(effort, budget) of a request's ``thinking``, with Anthropic's checks: a budget of at
+    least 1,024 tokens and below ``max_tokens``, and temperature 1 while thinking. Without
+    ``thinking`` (or with it disabled) the model does not think."""
+    cfg = req.thinking
+    if cfg is None or cfg.type in ("disabled", "between_tools"):
+        return "none", None
+    if req.temperature is not None and req.temperature != 1:
+        raise bad_request("`temperature` may only be set to 1 when thinking is enabled.",
+                          param="temperature")
+    if cfg.type == "adaptive":
+        effort = req.output_config.effort if req.output_config is not None else None
+        return effort or "high", None  # Anthropic's default effort is high
+    if cfg.budget_tokens is None:
+        raise bad_request("thinking.budget_tokens: Field required", param="thinking.budget_tokens")
+    if cfg.budget_tokens < 1024:
+        raise bad_request("thinking.enabled.budget_tokens: Input should be greater than or "
+                          "equal to 1024", param="thinking.budget_tokens")
+    if cfg.budget_tokens >= req.max_tokens:
+        raise bad_request("`max_tokens` must be greater than `thinking.budget_tokens`.",
+                          param="max_tokens")
+    return None, cfg.budget_tokens
+
+
+def output_format(req: MessagesRequest) -> ResponseFormat | None:
+    """``output_config.format`` (or the beta ``output_format``) as a ``ResponseFormat``."""
+    fmt = req.output_config.format if req.output_config is not None else None
+    param = "output_config.format.schema"
+    if fmt is None and req.output_format is not None:
+        fmt, param = req.output_format, "output_format.schema"
+    if fmt is None:
+        return None
+    return structured("json_schema", fmt.schema_, "output", False, "output_format", param)

@@ -9,6 +9,7 @@ import orjson
 from ...errors import APIError
 from ...job import Job
 from ..base import Encoder, Frames
+from ..sealed import thinking_signature
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 ERROR_TYPES = {
@@ -17,16 +18,22 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     413: "request_too_large",
     429: "rate_limit_error",
+    431: "request_too_large",
     500: "api_error",
     529: "overloaded_error",
 }
 
 
+OVERLOAD_CODES = (None, "server_is_overloaded")
+
+
 def anthropic_status(error: APIError) -> int:
-    """Anthropic answers overload with 529 (which its SDK retries), not 503."""
-    return 529 if error.status == 503 else error.status
+    """Anthropic answers overload with 529 (which its SDK retries), not 503; other 503s (an
+    injected ``503`` fault, a shutdown) stay 503."""
+    return 529 if error.status == 503 and error.code in OVERLOAD_CODES else error.status
 
 
 def error_body(error: APIError, request_id: str) -> dict[str, Any]:
@@ -56,12 +63,20 @@ def _stop(job: Job) -> tuple[str, str | None]:
 class MessagesEncoder(Encoder):
     """One job's Anthropic body or SSE events (``event:`` lines are mandatory here)."""
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, omit_thinking: bool = False) -> None:
         self.job = job
         self.mid = job.id.replace("req-", "msg_")
         self.speed = "fast" if job.tier.name == "fast" else "standard"
         self._open: int | None = None
-        self._text_prefix = b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'
+        # a reply that thought first starts with a thinking block: the others follow it
+        self.thought = job.gen.reasoning_tokens
+        self.off = 1 if self.thought else 0
+        self.omit_thinking = omit_thinking  # thinking.display "omitted": only the signature
+        self._thinking_done = False
+        self._text_prefix = (b'{"type":"content_block_delta","index":' + str(self.off).encode()
+                             + b',"delta":{"type":"text_delta","text":')
+        self._thinking_prefix = (b'{"type":"content_block_delta","index":0,"delta":'
+                                 b'{"type":"thinking_delta","thinking":')
 
     def _tool_id(self, k: int) -> str:
         """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
@@ -70,11 +85,15 @@ class MessagesEncoder(Encoder):
 
     def usage(self, output: int) -> dict[str, Any]:
         job = self.job
+        written, long = job.cache_write_tokens, job.cache_write_long_tokens
         return {
-            "input_tokens": job.prompt_tokens - job.cached_tokens,
-            "cache_creation_input_tokens": 0,
+            "input_tokens": job.prompt_tokens - job.cached_tokens - written,
+            "cache_creation_input_tokens": written,
             "cache_read_input_tokens": job.cached_tokens,
+            "cache_creation": {"ephemeral_5m_input_tokens": written - long,
+                               "ephemeral_1h_input_tokens": long},
             "output_tokens": output,
+            "output_tokens_details": {"thinking_tokens": min(output, self.thought)},
             "service_tier": "standard",
             "speed": self.speed,
             "cost_usd": job.usage_cost(output),
@@ -82,13 +101,25 @@ class MessagesEncoder(Encoder):
 
     def content(self) -> list[dict[str, Any]]:
         gen = self.job.gen
+        out = [self._thinking_block(final=True)] if self.thought else []
         if gen.tool_calls:
-            return [
+            return out + [
                 {"type": "tool_use", "id": self._tool_id(k), "name": c.name,
                  "input": _tool_input(c.arguments)}
                 for k, c in enumerate(gen.tool_calls)
             ]
-        return [{"type": "text", "text": gen.text}]
+        if self.thought and gen.output_tokens == self.thought:
+            return out  # the thinking used the whole max_tokens: no text block
+        return out + [{"type": "text", "text": gen.text}]
+
+    def _thinking_block(self, final: bool) -> dict[str, Any]:
+        reasoning = self.job.gen.reasoning
+        text = reasoning.text if reasoning is not None else ""
+        shown = "" if self.omit_thinking else text
+        if not final:
+            return {"type": "thinking", "thinking": "", "signature": ""}
+        return {"type": "thinking", "thinking": shown,
+                "signature": thinking_signature(text, self.thought, self.omit_thinking)}
 
     def body(self) -> dict[str, Any]:
         reason, seq = _stop(self.job)
@@ -122,10 +153,11 @@ class MessagesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
-        gen = self.job.gen
-        for i in range(start, min(start + count, len(gen.pieces))):
-            piece = gen.pieces[i]
-            index = max(piece.tool, 0)
+        for i, piece in self.pieces(start, start + count, out):
+            if i < self.thought:
+                out += self._thinking(i, piece.text)
+                continue
+            index = self.off + max(piece.tool, 0)
             if self._open != index:
                 out += self._switch(index)
             if piece.tool < 0:
@@ -137,6 +169,32 @@ class MessagesEncoder(Encoder):
                     "delta": {"type": "input_json_delta", "partial_json": piece.text}}))
         return out
 
+    def _thinking(self, i: int, text: str) -> Frames:
+        """Reasoning token ``i``: the thinking block opens with the first, each one is a
+        ``thinking_delta`` (none when the display is omitted), and the last is followed by the
+        ``signature_delta`` and the block's stop."""
+        out: Frames = []
+        if i == 0:
+            out.append(self._event("content_block_start", {
+                "type": "content_block_start", "index": 0,
+                "content_block": self._thinking_block(final=False)}))
+        if not self.omit_thinking:
+            out.append(("content_block_delta", self._thinking_prefix + orjson.dumps(text)
+                        + b"}}"))
+        if i == self.thought - 1:
+            out += self._end_thinking()
+        return out
+
+    def _end_thinking(self) -> Frames:
+        self._thinking_done = True
+        block = self._thinking_block(final=True)
+        return [
+            self._event("content_block_delta", {
+                "type": "content_block_delta", "index": 0,
+                "delta": {"type": "signature_delta", "signature": block["signature"]}}),
+            self._event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ]
+
     def _switch(self, index: int) -> Frames:
         out: Frames = []
         if self._open is not None:
@@ -144,10 +202,11 @@ class MessagesEncoder(Encoder):
                                    {"type": "content_block_stop", "index": self._open}))
         self._open = index
         gen = self.job.gen
+        k = index - self.off
         block: dict[str, Any]
         if gen.tool_calls:
-            block = {"type": "tool_use", "id": self._tool_id(index),
-                     "name": gen.tool_calls[index].name, "input": {}}
+            block = {"type": "tool_use", "id": self._tool_id(k),
+                     "name": gen.tool_calls[k].name, "input": {}}
         else:
             block = {"type": "text", "text": ""}
         out.append(self._event("content_block_start", {
@@ -156,10 +215,15 @@ class MessagesEncoder(Encoder):
 
     def closing(self) -> Frames:
         out: Frames = []
-        if self._open is None:
-            out += self._switch(0)
-        out.append(self._event("content_block_stop", {"type": "content_block_stop",
-                                                      "index": self._open}))
+        if self.thought and not self._thinking_done:  # never streamed (not expected): whole
+            for i in range(self.thought):
+                out += self._thinking(i, self.job.gen.pieces[i].text)
+        if self._open is None and (not self.thought
+                                   or self.job.gen.output_tokens > self.thought):
+            out += self._switch(self.off)
+        if self._open is not None:
+            out.append(self._event("content_block_stop", {"type": "content_block_stop",
+                                                          "index": self._open}))
         reason, seq = _stop(self.job)
         out.append(self._event("message_delta", {
             "type": "message_delta",

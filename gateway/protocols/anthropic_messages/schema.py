@@ -13,11 +13,29 @@ class AnthropicTool(Lenient):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
     input_schema: dict[str, Any]
+    strict: StrictBool | None = None
 
 
 class AnthropicToolChoice(Lenient):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
+    disable_parallel_tool_use: StrictBool | None = None
+
+
+class ThinkingConfig(Lenient):
+    type: Literal["enabled", "disabled", "adaptive", "between_tools"]
+    budget_tokens: int | None = Field(None, ge=1)
+    display: Literal["summarized", "omitted"] | None = None
+
+
+class OutputFormat(Lenient):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(Lenient):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: OutputFormat | None = None
 
 
 class AnthropicMessage(Lenient):
@@ -37,3 +55,6 @@ class MessagesRequest(Lenient):
     tool_choice: AnthropicToolChoice | None = None
     speed: Literal["standard", "fast"] | None = None
     metadata: dict[str, Any] | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    output_format: OutputFormat | None = None  # the structured-outputs beta's spelling

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from backends.mockmodel import GenerationRequest, ToolSpec
+from typing import Any
+
+from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
+from ...caching import chat_units, openai_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
-from ...routing import FAST_SERVICE_TIERS
+from ...routing import FAST_SERVICE_TIERS, FLEX_SERVICE_TIER
 from ..base import Protocol, RequestContext, resolve_tool_choice
+from ..formats import json_word_required, mentions_json, strict_tools, structured
 from .encoder import ChatEncoder, chat_usage
 from .schema import ChatRequest, NamedToolChoice
 
@@ -42,6 +46,8 @@ class ChatProtocol(Protocol):
             choice.function.name if isinstance(choice, NamedToolChoice) else None,
         )
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+        strict_tools((spec, bool(t.function.strict), f"tools[{i}].function.parameters")
+                     for i, (spec, t) in enumerate(zip(specs, req.tools or [], strict=True)))
         gen = GenerationRequest(
             messages=messages,
             stop=stop,
@@ -50,19 +56,43 @@ class ChatProtocol(Protocol):
             tools=specs,
             tool_choice=tool_choice,
             ignore_eos=req.ignore_eos,
+            response_format=chat_format(req, messages),
+            effort=req.reasoning_effort,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
         )
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return TurnRequest(
             model=req.model,
             fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
+            flex=req.service_tier == FLEX_SERVICE_TIER,
             generation=gen,
             prompt_tokens=count_chat_prompt(messages, tools or None),
             max_tokens=cap,
             stream=req.stream,
             authorization=ctx.headers.get("authorization"),
             messages=messages,
+            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
+                                 req.prompt_cache_retention),
         )
 
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:
         include = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         return ChatEncoder(job, include)
+
+
+def chat_format(req: ChatRequest, messages: list[dict[str, Any]]) -> ResponseFormat | None:
+    """``response_format`` as the mock model's ``ResponseFormat`` (400s as OpenAI's)."""
+    rf = req.response_format
+    if rf is None:
+        return None
+    if rf.type == "json_object" and not mentions_json(message_text(m) for m in messages):
+        raise json_word_required("messages", "response_format")
+    spec = rf.json_schema
+    if rf.type == "json_schema" and spec is None:
+        raise bad_request("Missing required parameter: 'response_format.json_schema'.",
+                          param="response_format.json_schema",
+                          code="missing_required_parameter")
+    name = spec.name if spec is not None else ""
+    return structured(rf.type, spec.schema_ if spec is not None else None, name,
+                      bool(spec and spec.strict), f"response_format '{name}'",
+                      "response_format.json_schema.schema")

@@ -20,13 +20,16 @@ DONE = b"[DONE]"
 
 
 def chat_usage(job: Job) -> dict[str, Any]:
+    """Usage of a finished reply: reasoning tokens are part of ``completion_tokens`` (billed as
+    output) and counted again in ``completion_tokens_details.reasoning_tokens``."""
     out = job.gen.output_tokens
     return {
         "prompt_tokens": job.prompt_tokens,
         "completion_tokens": out,
         "total_tokens": job.prompt_tokens + out,
         "prompt_tokens_details": {"cached_tokens": job.cached_tokens, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+        "completion_tokens_details": {"reasoning_tokens": job.gen.reasoning_tokens,
+                                      "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
                                       "rejected_prediction_tokens": 0},
         "cost_usd": job.usage_cost(),
@@ -88,30 +91,15 @@ class ChatEncoder(Encoder):
         return [("", self.head + b'{"role":"assistant","content":"","refusal":null}' + self.tail)]
 
     def tokens(self, start: int, count: int) -> Frames:
-        pieces = self.job.gen.pieces
         cp, cs, dumps = self.content_prefix, self.content_suffix, orjson.dumps
         out: Frames = []
-        for i in range(start, min(start + count, len(pieces))):
-            piece = pieces[i]
+        # reasoning comes first and is not shown in Chat Completions (only counted in usage)
+        for _, piece in self.pieces(max(start, self.job.gen.reasoning_tokens), start + count, out):
             if piece.tool < 0:
                 out.append(("", cp + dumps(piece.text) + cs))
             else:
                 out.append(("", self._tool_delta(piece.tool, piece.text)))
         return out
-
-    def sse_tokens(self, start: int, count: int) -> bytes:
-        pieces = self.job.gen.pieces
-        cp, cs, dumps = b"data: " + self.content_prefix, self.content_suffix + b"\n\n", orjson.dumps
-        out = bytearray()
-        for i in range(start, min(start + count, len(pieces))):
-            piece = pieces[i]
-            if piece.tool < 0:
-                out += cp
-                out += dumps(piece.text)
-                out += cs
-            else:
-                out += b"data: " + self._tool_delta(piece.tool, piece.text) + b"\n\n"
-        return bytes(out)
 
     def _tool_delta(self, k: int, fragment: str) -> bytes:
         item: dict[str, Any]

@@ -9,12 +9,14 @@ from pydantic import Field, StrictBool, field_validator
 from ..base import Lenient
 
 ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast"]
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class FunctionDef(Lenient):
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: StrictBool | None = None
 
 
 class ChatTool(Lenient):
@@ -29,6 +31,18 @@ class NamedFunction(Lenient):
 class NamedToolChoice(Lenient):
     type: Literal["function"]
     function: NamedFunction
+
+
+class JSONSchemaSpec(Lenient):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaSpec | None = None
 
 
 class StreamOptions(Lenient):
@@ -63,6 +77,10 @@ class ChatRequest(Lenient):
     logprobs: StrictBool | None = None
     user: str | None = None
     ignore_eos: StrictBool = False  # vLLM's extension: produce exactly max_tokens (benchmarks)
+    response_format: ResponseFormat | None = None
+    reasoning_effort: Effort | None = None
+    prompt_cache_key: str | None = Field(None, max_length=1024)  # routing hint (gateway.caching)
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
 
     @field_validator("stop")
     @classmethod

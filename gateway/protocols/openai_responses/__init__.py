@@ -10,15 +10,19 @@ from typing import Any
 
 import orjson
 
-from backends.mockmodel import GenerationRequest, ToolSpec
+from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
+from ...caching import chat_units, openai_prefix
 from ...errors import APIError, bad_request
 from ...job import Job
 from ...request import TurnRequest
 from ...response_store import StoredResponse
-from ...routing import FAST_SERVICE_TIERS
+from ...responses_api import stored_body
+from ...routing import FAST_SERVICE_TIERS, FLEX_SERVICE_TIER
 from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
+from ..formats import json_word_required, mentions_json, strict_tools, structured
+from ..sealed import reasoning_is_ours
 from .encoder import ResponsesEncoder, responses_usage
 from .schema import ResponsesRequest, ResponsesToolChoice
 
@@ -60,7 +64,15 @@ def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
                 "tool_call_id": item.get("call_id", ""),
                 "content": out if isinstance(out, str) else orjson.dumps(out).decode(),
             })
-        elif kind in ("reasoning", "item_reference"):
+        elif kind == "reasoning":
+            # a reasoning item sent back: accepted when it is one of ours (its encrypted content
+            # unaltered); earlier turns' reasoning is not part of the model's context
+            if item.get("encrypted_content") is not None and not reasoning_is_ours(item):
+                raise bad_request(
+                    f"The encrypted content for item input[{i}] could not be verified.",
+                    param=f"input[{i}].encrypted_content", code="invalid_encrypted_content")
+            continue
+        elif kind == "item_reference":
             continue
         else:
             raise bad_request(
@@ -103,11 +115,19 @@ class ResponsesProtocol(Protocol):
             tools=specs,
             tool_choice=tool_choice,
             ignore_eos=req.ignore_eos,
+            response_format=text_format(req, messages),
+            effort=req.reasoning.effort if req.reasoning else None,
+            summary=(req.reasoning.summary or req.reasoning.generate_summary)
+            if req.reasoning else None,
+            parallel_tool_calls=req.parallel_tool_calls is not False,
         )
+        strict_tools((spec, bool(t.strict), f"tools[{i}].parameters")
+                     for i, (spec, t) in enumerate(zip(specs, req.tools or [], strict=True)))
         prompt = count_chat_prompt(messages, tools or None)
         return TurnRequest(
             model=req.model,
             fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
+            flex=req.service_tier == FLEX_SERVICE_TIER,
             generation=gen,
             prompt_tokens=prompt,
             max_tokens=req.max_output_tokens,
@@ -115,6 +135,9 @@ class ResponsesProtocol(Protocol):
             authorization=ctx.headers.get("authorization"),
             cached_tokens=min(cached, prompt - 1),
             messages=messages,
+            reasoning_param="reasoning.effort",
+            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
+                                 req.prompt_cache_retention, prompt),
         )
 
     def encoder(self, job: Job, req: ResponsesRequest, turn: TurnRequest) -> ResponsesEncoder:
@@ -127,5 +150,20 @@ class ResponsesProtocol(Protocol):
         reply = (tool_call_messages(gen.tool_calls) if gen.tool_calls
                  else {"role": "assistant", "content": gen.text})
         item = StoredResponse(encoder.rid, job.model, turn.messages + [reply],
-                              job.prompt_tokens + gen.output_tokens)
+                              job.prompt_tokens + gen.output_tokens,
+                              body=stored_body(encoder.response("completed"), req))
         ctx.store.remember(item, persist=req.store is not False)
+
+
+def text_format(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ResponseFormat | None:
+    """``text.format`` as the mock model's ``ResponseFormat`` (400s as OpenAI's)."""
+    fmt = req.text.format if req.text is not None else None
+    if fmt is None:
+        return None
+    if fmt.type == "json_object" and not mentions_json(message_text(m) for m in messages):
+        raise json_word_required("input", "text.format")
+    if fmt.type == "json_schema" and not fmt.name:
+        raise bad_request("Missing required parameter: 'text.format.name'.",
+                          param="text.format.name", code="missing_required_parameter")
+    return structured(fmt.type, fmt.schema_, fmt.name or "", bool(fmt.strict),
+                      f"text.format '{fmt.name}'", "text.format.schema")

@@ -10,16 +10,19 @@ from ...errors import APIError
 from ...job import Job
 from ...routing import service_tier_label
 from ..base import Encoder, Frames
+from .reasoning import ReasoningItem
 from .schema import ResponsesRequest, ResponsesToolChoice
 
 
 def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
+    """Usage for ``output`` tokens (the whole reply by default); reasoning comes first, so of a
+    partial reply the reasoning tokens are the first ones."""
     out = job.gen.output_tokens if output is None else output
     return {
         "input_tokens": job.prompt_tokens,
         "input_tokens_details": {"cached_tokens": job.cached_tokens},
         "output_tokens": out,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": min(out, job.gen.reasoning_tokens)},
         "total_tokens": job.prompt_tokens + out,
         "cost_usd": job.usage_cost(out),
     }
@@ -39,10 +42,16 @@ class ResponsesEncoder(Encoder):
         self._text: list[str] = []
         self._args: dict[int, list[str]] = {}
         self._open_items: set[int] = set()
+        gen = job.gen
+        self.thought = gen.reasoning_tokens  # the first pieces are reasoning
+        self.base = 1 if self.thought else 0  # output index of the message / first call
+        encrypted = "reasoning.encrypted_content" in (req.include or ())
+        self.reasoning = ReasoningItem(gen, job.id.replace("req-", "rs_"), encrypted,
+                                       self._event) if self.thought else None
         prefix = orjson.dumps({
             "type": "response.output_text.delta",
             "item_id": self.msg_id,
-            "output_index": 0,
+            "output_index": self.base,
             "content_index": 0,
         })[:-1]
         self._delta_prefix = prefix + b',"delta":'
@@ -88,10 +97,12 @@ class ResponsesEncoder(Encoder):
         output: list[dict[str, Any]] = []
         if done or status == "incomplete":
             st = "completed" if done else "incomplete"
+            if self.reasoning is not None and (done or self.reasoning.state):
+                output.append(self.reasoning.item(done or self.reasoning.state == 2))
             if job.gen.tool_calls:
-                output = [self._call_item(k, st) for k in range(len(job.gen.tool_calls))]
-            else:
-                output = [self._message_item(st)]
+                output += [self._call_item(k, st) for k in range(len(job.gen.tool_calls))]
+            elif self._shows_message(done):
+                output.append(self._message_item(st))
         incomplete = None
         if job.gen.finish_reason == "length" and done:
             incomplete = {"reason": "max_output_tokens"}
@@ -112,7 +123,8 @@ class ResponsesEncoder(Encoder):
             "service_tier": service_tier_label(job.tier.name),
             "store": True if req.store is None else req.store,
             "temperature": 1.0 if req.temperature is None else req.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": _text_wire(req),
+            "reasoning": self._reasoning_wire(),
             "tool_choice": _tool_choice_wire(req),
             "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
             "top_p": 1.0 if req.top_p is None else req.top_p,
@@ -134,9 +146,12 @@ class ResponsesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
-        pieces = self.job.gen.pieces
-        for i in range(start, min(start + count, len(pieces))):
-            piece = pieces[i]
+        thought, base = self.thought, self.base
+        for i, piece in self.pieces(start, start + count, out):
+            if i < thought:
+                assert self.reasoning is not None
+                out += self.reasoning.at(i)
+                continue
             k = piece.tool
             if k < 0:
                 if 0 not in self._open_items:
@@ -151,12 +166,12 @@ class ResponsesEncoder(Encoder):
                 if k not in self._open_items:
                     self._open_items.add(k)
                     out.append(("response.output_item.added", self._event({
-                        "type": "response.output_item.added", "output_index": k,
+                        "type": "response.output_item.added", "output_index": base + k,
                         "item": self._call_item(k, "in_progress")})))
                 self._args.setdefault(k, []).append(piece.text)
                 out.append(("response.function_call_arguments.delta", self._event({
                     "type": "response.function_call_arguments.delta",
-                    "item_id": self._fc_id(k), "output_index": k, "delta": piece.text})))
+                    "item_id": self._fc_id(k), "output_index": base + k, "delta": piece.text})))
         return out
 
     def _open_message(self) -> Frames:
@@ -164,46 +179,62 @@ class ResponsesEncoder(Encoder):
         item["content"] = []
         return [
             ("response.output_item.added", self._event({
-                "type": "response.output_item.added", "output_index": 0, "item": item})),
+                "type": "response.output_item.added", "output_index": self.base, "item": item})),
             ("response.content_part.added", self._event({
                 "type": "response.content_part.added", "item_id": self.msg_id,
-                "output_index": 0, "content_index": 0,
+                "output_index": self.base, "content_index": 0,
                 "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}})),
         ]
 
     def closing(self) -> Frames:
         gen = self.job.gen
-        out: Frames = []
+        base = self.base
+        out: Frames = self.reasoning.finish() if self.reasoning is not None else []
         if gen.tool_calls:
             for k, call in enumerate(gen.tool_calls):
                 if k not in self._open_items:
                     out.append(("response.output_item.added", self._event({
-                        "type": "response.output_item.added", "output_index": k,
+                        "type": "response.output_item.added", "output_index": base + k,
                         "item": self._call_item(k, "in_progress")})))
                 out.append(("response.function_call_arguments.done", self._event({
                     "type": "response.function_call_arguments.done", "item_id": self._fc_id(k),
-                    "output_index": k, "name": call.name, "arguments": call.arguments})))
+                    "output_index": base + k, "name": call.name, "arguments": call.arguments})))
                 out.append(("response.output_item.done", self._event({
-                    "type": "response.output_item.done", "output_index": k,
+                    "type": "response.output_item.done", "output_index": base + k,
                     "item": self._call_item(k, "completed")})))
-        else:
+        elif self._shows_message(True):
             if 0 not in self._open_items:
                 out += self._open_message()
             out.append(("response.output_text.done", self._event({
-                "type": "response.output_text.done", "item_id": self.msg_id, "output_index": 0,
-                "content_index": 0, "text": gen.text, "logprobs": []})))
+                "type": "response.output_text.done", "item_id": self.msg_id,
+                "output_index": base, "content_index": 0, "text": gen.text, "logprobs": []})))
             out.append(("response.content_part.done", self._event({
                 "type": "response.content_part.done", "item_id": self.msg_id,
-                "output_index": 0, "content_index": 0,
+                "output_index": base, "content_index": 0,
                 "part": {"type": "output_text", "text": gen.text, "annotations": [],
                          "logprobs": []}})))
             out.append(("response.output_item.done", self._event({
-                "type": "response.output_item.done", "output_index": 0,
+                "type": "response.output_item.done", "output_index": base,
                 "item": self._message_item("completed")})))
         resp = self.response("completed")
         kind = "response.incomplete" if resp["status"] == "incomplete" else "response.completed"
         out.append((kind, self._event({"type": kind, "response": resp})))
         return out
+
+    def _shows_message(self, done: bool) -> bool:
+        """A reply whose reasoning used the whole cap has no message item (as OpenAI's)."""
+        if not self.thought:
+            return True
+        return 0 in self._open_items or (done and self.job.gen.output_tokens > self.thought)
+
+    def _reasoning_wire(self) -> dict[str, Any]:
+        """The ``reasoning`` configuration the response ran with."""
+        cfg = self.req.reasoning
+        profile = self.job.tier.behavior.reasoning
+        effort = cfg.effort if cfg is not None and cfg.effort is not None else (
+            profile.default_effort if profile.enabled else None)
+        summary = (cfg.summary or cfg.generate_summary) if cfg is not None else None
+        return {"effort": effort, "summary": summary}
 
     def failed(self, error: APIError) -> Frames:
         resp = self.response("failed")
@@ -217,11 +248,12 @@ class ResponsesEncoder(Encoder):
 
     def cancelled(self) -> Frames:
         """``response.incomplete`` with status cancelled, the partial output, and usage billed
-        for the tokens that were sent (after settlement: ``job.cost_usd`` is final)."""
+        for the tokens generated before the cancel was seen (after settlement:
+        ``job.billed_output`` and ``job.cost_usd`` are final)."""
         job = self.job
         resp = self.response("incomplete")
         resp["status"] = "cancelled"
-        usage = responses_usage(job, job.delivered)
+        usage = responses_usage(job, job.billed_output)
         usage["cost_usd"] = job.cost_usd
         resp["usage"] = usage
         resp["time_info"] = job.time_info()
@@ -236,3 +268,11 @@ def _tool_choice_wire(req: ResponsesRequest) -> Any:
     if isinstance(c, ResponsesToolChoice):
         return {"type": "function", "name": c.name}
     return c
+
+
+def _text_wire(req: ResponsesRequest) -> dict[str, Any]:
+    """The ``text`` configuration echoed in the response (format and verbosity)."""
+    text = req.text
+    if text is None or text.format is None:
+        return {"format": {"type": "text"}}
+    return text.model_dump(by_alias=True, exclude_none=True)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool
 
 from ..base import Lenient
-from ..openai_chat.schema import ServiceTier
+from ..openai_chat.schema import Effort, ServiceTier
 
 
 class ResponsesTool(Lenient):
@@ -21,6 +21,25 @@ class ResponsesTool(Lenient):
 class ResponsesToolChoice(Lenient):
     type: Literal["function"]
     name: str
+
+
+class TextFormat(Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: StrictBool | None = None
+
+
+class TextConfig(Lenient):
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(Lenient):
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None  # deprecated name
 
 
 class ResponsesRequest(Lenient):
@@ -40,3 +59,8 @@ class ResponsesRequest(Lenient):
     metadata: dict[str, Any] | None = None
     parallel_tool_calls: StrictBool | None = None
     ignore_eos: StrictBool = False
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    include: list[str] | None = Field(None, max_length=16)
+    prompt_cache_key: str | None = Field(None, max_length=1024)  # routing hint (gateway.caching)
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None

@@ -1,0 +1,226 @@
+"""Measured figures: loading them, and the model's prediction of each."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..perf import Placement, Workload, serving_steady_state, static_batch
+from ..profiles import Catalog, ProfileError
+
+SCENARIOS = ("static", "serving")
+METRICS = ("ttft", "itl", "e2e", "throughput", "throughput_per_chip", "user_tokens_per_s")
+# unit -> factor to the model's unit (seconds for times, tokens/s for rates)
+UNITS: dict[str, dict[str, float]] = {
+    "ttft": {"s": 1.0, "ms": 1e-3},
+    "itl": {"s": 1.0, "ms": 1e-3},
+    "e2e": {"s": 1.0, "ms": 1e-3},
+    "throughput": {"tok/s": 1.0},
+    "throughput_per_chip": {"tok/s/GPU": 1.0, "tok/s/chip": 1.0},
+    "user_tokens_per_s": {"tok/s/user": 1.0, "tok/s": 1.0},
+}
+
+
+class CalibrationError(ValueError):
+    """A measurement file or figure is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured number and the conditions it was measured under."""
+
+    id: str
+    source: str
+    model: str
+    hardware: str
+    chips: int
+    precision: str
+    scenario: str  # "static" | "serving"
+    batch: int  # static batch, or concurrency of a closed-loop serving benchmark
+    prompt_tokens: int
+    output_tokens: int
+    metric: str
+    value: float
+    unit: str
+    kv_precision: str | None = None
+    max_batch: int = 256
+    max_batched_tokens: int | None = None  # None: whole prompts in one step (static), 8192
+    engine: str = ""
+    where: str = ""
+    url: str = ""
+    conditions: str = ""
+
+    @property
+    def si_value(self) -> float:
+        """The measured value in seconds or tokens/s."""
+        return self.value * UNITS[self.metric][self.unit]
+
+
+def figure_from_dict(raw: Mapping[str, Any], index: int = 0) -> Figure:
+    where = f"figures[{index}]"
+    known = {f for f in Figure.__dataclass_fields__}
+    unknown = set(raw) - known
+    if unknown:
+        raise CalibrationError(f"{where}: unknown field(s) {sorted(unknown)}")
+    try:
+        fig = Figure(**dict(raw))
+    except TypeError as exc:
+        raise CalibrationError(f"{where}: {exc}") from None
+    if fig.scenario not in SCENARIOS:
+        raise CalibrationError(f"{where}.scenario: {fig.scenario!r}; allowed: {', '.join(SCENARIOS)}")
+    if fig.metric not in METRICS:
+        raise CalibrationError(f"{where}.metric: {fig.metric!r}; allowed: {', '.join(METRICS)}")
+    if fig.unit not in UNITS[fig.metric]:
+        raise CalibrationError(
+            f"{where}.unit: {fig.unit!r} for {fig.metric}; allowed: {', '.join(UNITS[fig.metric])}"
+        )
+    for name in ("chips", "batch", "prompt_tokens", "output_tokens"):
+        if getattr(fig, name) <= 0:
+            raise CalibrationError(f"{where}.{name}: must be > 0")
+    if not fig.value > 0:
+        raise CalibrationError(f"{where}.value: must be > 0")
+    return fig
+
+
+def load_figures(text: str) -> tuple[dict[str, dict[str, Any]], list[Figure]]:
+    """Sources and figures of a measurement file (TOML text)."""
+    data = tomllib.loads(text)
+    sources = data.get("sources", {})
+    figures = [figure_from_dict(raw, i) for i, raw in enumerate(data.get("figures", []))]
+    ids = [f.id for f in figures]
+    if len(set(ids)) != len(ids):
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        raise CalibrationError(f"figures: duplicate id(s) {dup}")
+    for f in figures:
+        if sources and f.source not in sources:
+            raise CalibrationError(f"figure {f.id}: source {f.source!r} is not in [sources]")
+    return sources, figures
+
+
+def load_published() -> tuple[dict[str, dict[str, Any]], list[Figure]]:
+    """The public calibration set shipped in backends/data/measurements/published.toml."""
+    text = (
+        resources.files("backends.data").joinpath("measurements/published.toml").read_text("utf-8")
+    )
+    return load_figures(text)
+
+
+# ------------------------------------------------------------------------------------------
+# Prediction
+# ------------------------------------------------------------------------------------------
+
+
+def workload(fig: Figure, catalog: Catalog) -> Workload:
+    """The model's steady state for a figure's conditions (raises ProfileError if refused)."""
+    p = Placement(
+        catalog.get_model(fig.model),
+        catalog.get_hardware(fig.hardware),
+        fig.chips,
+        fig.precision,
+        kv_precision=fig.kv_precision,
+    )
+    if fig.scenario == "static":
+        return static_batch(p, fig.batch, fig.prompt_tokens, fig.output_tokens,
+                            fig.max_batched_tokens)
+    return serving_steady_state(
+        p, fig.batch, fig.prompt_tokens, fig.output_tokens, fig.max_batch,
+        fig.max_batched_tokens or 8192,
+    )
+
+
+def predict_si(fig: Figure, catalog: Catalog) -> float | None:
+    """The figure's metric as the model predicts it, in seconds or tokens/s; None if refused."""
+    try:
+        w = workload(fig, catalog)
+    except ProfileError:
+        return None
+    if fig.metric == "ttft":
+        return w.ttft_s
+    if fig.metric == "itl":
+        return w.itl_s
+    if fig.metric == "e2e":
+        return w.e2e_s
+    if fig.metric == "throughput":
+        return w.output_tokens_per_s
+    if fig.metric == "throughput_per_chip":
+        return w.output_tokens_per_s / fig.chips
+    return 1.0 / w.itl_s  # user_tokens_per_s
+
+
+def predict_figure(fig: Figure, catalog: Catalog) -> float | None:
+    """The prediction in the figure's own unit; None if the model refuses the placement."""
+    si = predict_si(fig, catalog)
+    return None if si is None else si / UNITS[fig.metric][fig.unit]
+
+
+@dataclass(frozen=True)
+class Result:
+    figure: Figure
+    predicted: float | None  # in the figure's unit
+
+    @property
+    def error(self) -> float | None:
+        """Relative error, predicted / measured - 1 (None when refused)."""
+        return None if self.predicted is None else self.predicted / self.figure.value - 1.0
+
+
+def evaluate(figures: Iterable[Figure], catalog: Catalog) -> list[Result]:
+    return [Result(f, predict_figure(f, catalog)) for f in figures]
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    n: int
+    refused: int
+    median_abs: float  # median absolute relative error of the figures predicted
+    worst_abs: float
+    worst_id: str = ""
+
+
+def error_stats(results: Sequence[Result]) -> ErrorStats:
+    errs = [(abs(r.error), r.figure.id) for r in results if r.error is not None]
+    refused = sum(1 for r in results if r.error is None)
+    if not errs:
+        return ErrorStats(len(results), refused, math.nan, math.nan)
+    worst = max(errs)
+    return ErrorStats(
+        len(results), refused, statistics.median(e for e, _ in errs), worst[0], worst[1]
+    )
+
+
+def group_stats(
+    results: Sequence[Result], key: Callable[[Figure], str]
+) -> dict[str, ErrorStats]:
+    groups: dict[str, list[Result]] = {}
+    for r in results:
+        groups.setdefault(key(r.figure), []).append(r)
+    return {k: error_stats(v) for k, v in sorted(groups.items())}
+
+
+# ------------------------------------------------------------------------------------------
+# Fitting
+# ------------------------------------------------------------------------------------------
+
+__all__ = [
+    "CalibrationError",
+    "ErrorStats",
+    "Figure",
+    "METRICS",
+    "Result",
+    "SCENARIOS",
+    "UNITS",
+    "error_stats",
+    "evaluate",
+    "figure_from_dict",
+    "group_stats",
+    "load_figures",
+    "load_published",
+    "predict_figure",
+    "predict_si",
+    "workload",
+]

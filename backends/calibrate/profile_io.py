@@ -1,0 +1,90 @@
+"""Writing fitted values: a ``[hardware.NAME]`` fragment, or in place in hardware.toml."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..profiles import HardwareProfile
+from .figures import CalibrationError
+from .fit import HardwareFit
+
+FORMATS = {
+    "mbu": "{:.3f}", "mbu_kv": "{:.3f}", "mfu": "{:.3f}", "mfu_fp8": "{:.3f}",
+    "gemm_min_tokens": "{:.1f}", "roofline_overlap": "{:.3f}", "step_overhead_ms": "{:.3f}", "layer_latency_us": "{:.2f}",
+    "interconnect_latency_us": "{:.2f}", "request_overhead_ms": "{:.2f}",
+}
+
+
+def format_value(name: str, value: float) -> str:
+    return FORMATS.get(name, "{:.4g}").format(value)
+
+
+def profile_fragment(name: str, base: HardwareProfile, values: Mapping[str, float],
+                     comment: str = "") -> str:
+    """A ``[hardware.NAME]`` TOML table: ``base``'s fields with ``values`` replacing some."""
+    lines = [f"[hardware.{name}]"]
+    if comment:
+        lines.extend(f"# {line}" for line in comment.splitlines())
+    fields_ = [f for f in HardwareProfile.__dataclass_fields__ if f != "name"]
+    for f in fields_:
+        v: Any = values[f] if f in values else getattr(base, f)
+        if v is None:
+            continue
+        if f in values:
+            lines.append(f"{f} = {format_value(f, float(v))}  # fitted")
+        elif isinstance(v, dict):
+            inner = ", ".join(f"{k} = {float(x)!r}" for k, x in v.items())
+            lines.append(f"{f} = {{ {inner} }}")
+        elif isinstance(v, str):
+            lines.append(f'{f} = "{v}"')
+        else:
+            lines.append(f"{f} = {v!r}")
+    return "\n".join(lines) + "\n"
+
+
+def update_toml_table(text: str, table: str, values: Mapping[str, str], note: str) -> str:
+    """Set ``key = value`` lines in ``[table]`` of TOML text, keeping every comment.
+
+    An existing key's line is replaced (its trailing comment dropped, ``note`` put there); a
+    missing key is added at the end of the table.
+    """
+    lines = text.splitlines()
+    header = f"[{table}]"
+    hdr = f'["{table}"]'
+    try:
+        start = next(i for i, ln in enumerate(lines) if ln.strip() in (header, hdr))
+    except StopIteration:
+        raise CalibrationError(f"table [{table}] not found") from None
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i].lstrip().startswith("[")),
+        len(lines),
+    )
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    pending = dict(values)
+    for i in range(start + 1, end):
+        key = lines[i].split("=", 1)[0].strip()
+        if "=" in lines[i] and not lines[i].lstrip().startswith("#") and key in pending:
+            lines[i] = f"{key} = {pending.pop(key)}  # {note}"
+    extra = [f"{k} = {v}  # {note}" for k, v in pending.items()]
+    lines[end:end] = extra
+    return "\n".join(lines) + "\n"
+
+
+def write_fits(path: Path, fits: Mapping[str, HardwareFit], note: str) -> None:
+    text = path.read_text("utf-8")
+    for name, f in sorted(fits.items()):
+        text = update_toml_table(
+            text, name, {k: format_value(k, v) for k, v in f.values.items()}, note
+        )
+    path.write_text(text, "utf-8")
+
+__all__ = [
+    "FORMATS",
+    "format_value",
+    "profile_fragment",
+    "update_toml_table",
+    "write_fits",
+]

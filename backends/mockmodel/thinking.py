@@ -1,0 +1,117 @@
+"""What a reasoning model thinks before it answers: the reasoning text and its summary.
+
+The reasoning length comes from the model's ``ReasoningProfile`` (``backends.reasoning``) at
+the request's effort, or from an Anthropic thinking budget. Its text reads like a model working
+the request out (restating it, planning, checking, changing its mind), so Anthropic's
+``thinking`` blocks look like thinking; a Responses summary is a few shorter parts, each with a
+bold heading, as OpenAI's summaries are. Both are drawn from their own random streams, so the
+visible reply of a seeded request is the same at every effort: effort changes only how long the
+model thinks first.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from ..reasoning import ReasoningProfile
+from ..tokenizer import count_tokens, tokenize
+from .request import GenerationRequest, Reasoning
+from .schema_strings import key_phrase
+from .streams import Streams
+from .wordbank import ADJECTIVES, ADVERBIALS, OBJECTS, REASONS, SUBJECTS, TOPICS, VERBS
+
+# summary length as a share of the reasoning, and its bounds (tokens), per summary mode
+_SUMMARY = {"auto": (8, 16, 160), "concise": (16, 10, 60), "detailed": (4, 24, 400)}
+_SUMMARY_PART_TOKENS = 60
+
+
+def think(
+    req: GenerationRequest, profile: ReasoningProfile, streams: Streams, cap: int | None
+) -> Reasoning | None:
+    """The reasoning before this reply (None: the model does not think at this effort)."""
+    budget = req.thinking_budget
+    effort = "budget" if budget is not None else profile.effort(req.effort)
+    if effort == "none" or not profile.enabled:
+        return None
+    n = profile.draw(effort if budget is None else "medium", streams("reasoning"), budget)
+    if cap is not None:
+        n = min(n, cap)
+    if n <= 0:
+        return None
+    topic = key_phrase(_last_user(req)) or "this request"
+    tools = [t.name for t in req.tools]
+    text = "".join(tokenize(_write(streams("thinking"), n + 1, topic, tools))[:n])
+    summary: tuple[str, ...] = ()
+    if req.summary is not None:
+        share, lo, hi = _SUMMARY.get(req.summary, _SUMMARY["auto"])
+        summary = _summarise(streams("summary"), max(lo, min(hi, n // share)), topic)
+    return Reasoning(n, text, effort, summary)
+
+
+def _last_user(req: GenerationRequest) -> str:
+    for message in reversed(req.messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else ""
+    return ""
+
+
+def _write(rng: random.Random, tokens: int, topic: str, tools: list[str]) -> str:
+    parts: list[str] = []
+    total = 0
+    for sentence in _thoughts(rng, topic, tools):
+        if total >= tokens:
+            break
+        chunk = (" " if parts else "") + sentence
+        parts.append(chunk)
+        total += count_tokens(chunk)
+    return "".join(parts)
+
+
+def _thoughts(rng: random.Random, topic: str, tools: list[str]) -> Iterator[str]:
+    c = rng.choice
+    yield f"The user is asking about {topic}."
+    if tools:
+        yield f"I have {len(tools)} tool{'s' if len(tools) > 1 else ''} available: " \
+              f"{', '.join(tools[:4])}."
+    while True:
+        s, v, o = c(SUBJECTS), c(VERBS), c(OBJECTS)
+        kind = rng.randrange(9)
+        if kind == 0:
+            yield f"Let me think about how {s} would {v} {o}."
+        elif kind == 1:
+            yield f"First, check whether {s} can {v} {o} {c(ADVERBIALS)}."
+        elif kind == 2:
+            yield f"Hmm, but {c(REASONS)}."
+        elif kind == 3:
+            yield f"Wait, that is not right: {s} might {v} {c(OBJECTS)} instead."
+        elif kind == 4:
+            a, b = rng.sample(TOPICS, 2)
+            yield f"So the plan: explain {a} first, then {b}."
+        elif kind == 5 and tools:
+            yield f"Maybe I should call {c(tools)} to get the details."
+        elif kind == 6:
+            yield f"I'll keep the answer {c(ADJECTIVES)} and mention {c(TOPICS)}."
+        elif kind == 7:
+            n = rng.choice((4, 8, 16, 64, 256))
+            yield f"With a batch of {n}, {s} would {v} {o}; does that change the answer? No."
+        else:
+            yield f"That means {s} has to {v} {o} {c(ADVERBIALS)}."
+
+
+def _summarise(rng: random.Random, tokens: int, topic: str) -> tuple[str, ...]:
+    """Summary parts of about ``_SUMMARY_PART_TOKENS`` each, ``tokens`` in all."""
+    parts: list[str] = []
+    left = tokens
+    while left > 0:
+        heading = rng.choice(("Considering", "Planning", "Checking", "Weighing", "Clarifying"))
+        text = f"**{heading} {rng.choice(TOPICS)}**\n\n"
+        text += f"I'm working out {topic} and how {rng.choice(SUBJECTS)} handles it."
+        body_goal = min(left, _SUMMARY_PART_TOKENS)
+        while count_tokens(text) < body_goal:
+            text += (f" I'm checking whether {rng.choice(SUBJECTS)} should "
+                     f"{rng.choice(VERBS)} {rng.choice(OBJECTS)}.")
+        parts.append(text)
+        left -= count_tokens(text)
+    return tuple(parts)

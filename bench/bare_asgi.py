@@ -1,0 +1,162 @@
+"""The bare reference of ``gateway_overhead.py``: fastmode's bytes at fastmode's pace, no framework.
+
+A raw ASGI app under the same uvicorn set-up as ``fastmode serve`` (uvloop, httptools,
+websockets-sansio, no per-message deflate) that replays streams recorded from fastmode: the
+same events, byte for byte, over SSE or as websocket text frames. It keeps only what pacing
+needs, built the way the gateway's hot path is: one ticker (one timer per tick, like one engine
+replica), each stream woken on the tick its next event is due (a future per tick, shared by
+every stream due then), and a stream that fell behind sends everything due in one write. What
+fastmode spends beyond this app is its framework, its protocol work and its bookkeeping.
+
+Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS
+  CAPTURES_JSON: {name: {"opening": str, "events": [str], "closing": str, "tokens": n,
+                  "interval": g}}; a request to /NAME (POST, SSE) or a websocket to /NAME
+                  (after one client frame) streams that capture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+class Ticker:
+    """Tick ``index`` every ``itl`` seconds on the event loop's clock; ``at(i)`` resolves at
+    tick ``i``. A late tick does not skip: it runs at once and the next one is planned from its
+    modeled time, as a replica that fell behind steps until it catches up."""
+
+    def __init__(self, itl: float) -> None:
+        self.itl = itl
+        self.index = 0
+        self.waiters: dict[int, asyncio.Future[None]] = {}
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        t = loop.time()
+        while True:
+            t += self.itl
+            delay = t - loop.time()
+            await asyncio.sleep(delay if delay > 0 else 0)
+            self.index += 1
+            fut = self.waiters.pop(self.index, None)
+            if fut is not None:
+                fut.set_result(None)
+
+    def at(self, index: int) -> asyncio.Future[None]:
+        fut = self.waiters.get(index)
+        if fut is None:
+            fut = self.waiters[index] = asyncio.get_running_loop().create_future()
+        return fut
+
+
+class Capture:
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.opening: str = raw["opening"]
+        self.events: list[str] = raw["events"]
+        self.closing: str = raw["closing"]
+        n, g = raw["tokens"], raw["interval"]
+        # tokens that must exist before event e goes out: its last token is due then
+        self.due = [min((e + 1) * g, n) for e in range(len(self.events))]
+        self.bopening = self.opening.encode()
+        self.bevents = [e.encode() for e in self.events]
+        self.bclosing = self.closing.encode()
+
+
+TICKER: Ticker
+CAPTURES: dict[str, Capture] = {}
+
+
+async def paced(cap: Capture, emit: Any) -> None:
+    """Hand ``emit`` each run of events as it falls due (one call per wake-up)."""
+    ticker = TICKER
+    t0 = ticker.index
+    due, k, e = cap.due, len(cap.due), 0
+    while e < k:
+        target = t0 + due[e]
+        if ticker.index < target:
+            await ticker.at(target)
+        now = ticker.index - t0
+        j = e + 1
+        while j < k and due[j] <= now:
+            j += 1
+        await emit(e, j)
+        e = j
+
+
+async def http(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["path"] == "/healthz":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        return
+    while True:  # the request body is read, as a server must
+        m = await receive()
+        if not m.get("more_body"):
+            break
+    cap = CAPTURES[scope["path"].strip("/")]
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})
+    await send({"type": "http.response.body", "body": cap.bopening, "more_body": True})
+    events = cap.bevents
+
+    async def emit(e: int, j: int) -> None:
+        body = events[e] if j == e + 1 else b"".join(events[e:j])
+        await send({"type": "http.response.body", "body": body, "more_body": True})
+
+    await paced(cap, emit)
+    await send({"type": "http.response.body", "body": cap.bclosing, "more_body": False})
+
+
+async def websocket(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    cap = CAPTURES[scope["path"].strip("/")]
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    while True:
+        m = await receive()
+        if m["type"] == "websocket.disconnect":
+            return
+        for ev in cap.opening.split("\n")[:-1] if cap.opening else []:
+            await send({"type": "websocket.send", "text": ev})
+        async def emit(e: int, j: int) -> None:
+            for i in range(e, j):
+                await send({"type": "websocket.send", "text": cap.events[i]})
+
+        await paced(cap, emit)
+        for ev in cap.closing.split("\n")[:-1]:
+            await send({"type": "websocket.send", "text": ev})
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            m = await receive()
+            if m["type"] == "lifespan.startup":
+                asyncio.get_running_loop().create_task(TICKER.run())
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] == "websocket":
+        await websocket(scope, receive, send)
+    else:
+        await http(scope, receive, send)
+
+
+def main() -> None:
+    global TICKER
+    port, path, itl = int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    TICKER = Ticker(itl)
+    for name, raw in orjson.loads(path.read_bytes()).items():
+        CAPTURES[name] = Capture(raw)
+    import uvicorn
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
+                http="httptools", ws="websockets-sansio", ws_per_message_deflate=False,
+                lifespan="on")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Faults on demand: a header, config rules and an admin API make requests fail on purpose.
+
+``spec`` defines the kinds and parses ``x-fastmode-fault``; ``injector`` decides (seeded) which
+fault a request gets and renders status faults as errors; the turn pipeline (``gateway.turn``)
+applies them, once for every protocol and both transports. See docs/reliability.md.
+"""
+
+from .injector import NAMESPACE, FaultInjector
+from .spec import HEADER, KINDS, STATUS_KINDS, STREAM_KINDS, TEST_ID_HEADER, Fault, parse_header
+
+__all__ = ["HEADER", "KINDS", "NAMESPACE", "STATUS_KINDS", "STREAM_KINDS", "TEST_ID_HEADER",
+           "Fault", "FaultInjector", "parse_header"]

@@ -1,0 +1,64 @@
+"""Liveness (``/healthz``) and readiness (``/readyz``).
+
+``/healthz`` answers 200 while the process serves HTTP: it is what a supervisor restarts on.
+``/readyz`` says, per tier, whether a new request would be served now: a local tier is not
+ready when the least-loaded replica's queue is full or its modeled wait is over
+``server.max_queue_wait_s``; a remote tier when no upstream is in rotation. It answers 503 when
+the gateway is shutting down or no tier can serve (a load balancer should stop sending), and
+200 otherwise, with the tiers that cannot serve named in the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.responses import Response
+
+from .admission import Gateway
+from .turn_http import json_response
+
+
+def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:
+    server = gateway.config.server
+    remote_tiers = remote.readiness().get("tiers", {}) if remote is not None and getattr(
+        remote, "pools", None) else {}
+    out: dict[str, dict[str, Any]] = {}
+    for name, tier in gateway.spec.tiers.items():
+        if name in remote_tiers:
+            up = remote_tiers[name].get("in_rotation", 0)
+            out[name] = {"ready": up > 0, "upstreams_in_rotation": up}
+            if not up:
+                out[name]["reason"] = "no upstream in rotation (engine down)"
+            continue
+        dep = gateway.deployments.get(tier.deployment.name)
+        if dep is None:
+            out[name] = {"ready": False, "reason": "not started"}
+            continue
+        replica = dep.choose()  # the replica a new request would go to
+        sched = replica.scheduler
+        waiting = len(sched.waiting)
+        free = sched.limits.max_batch - sched.background.seqs - sched.running
+        wait = gateway.modeled_wait(sched)
+        entry: dict[str, Any] = {"ready": True, "waiting": waiting, "queue_wait_s": round(wait, 3)}
+        if waiting >= sched.limits.max_waiting + max(0, free):
+            entry.update(ready=False, reason="queue full")
+        elif wait > server.max_queue_wait_s:
+            entry.update(ready=False, reason=f"modeled queue wait {wait:.1f} s over the bound")
+        out[name] = entry
+    return out
+
+
+def add_routes(app: FastAPI, gateway: Gateway) -> None:
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return json_response({"status": "ok", "tiers": list(gateway.spec.tiers)})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        tiers = tier_readiness(gateway, getattr(app.state, "remote", None))
+        if gateway.draining:
+            return json_response({"status": "shutting_down", "tiers": tiers}, 503)
+        ready = [t for t in tiers.values() if t["ready"]]
+        status = "ok" if len(ready) == len(tiers) else "degraded" if ready else "unavailable"
+        return json_response({"status": status, "tiers": tiers}, 200 if ready else 503)

@@ -1,0 +1,74 @@
+"""The usage ledger: one row per request, written off the hot path, and ``GET /v1/usage``.
+
+Settlement hands each admitted job's row to the state backend (``gateway.state``), which
+buffers it and writes it in a batch within about a second; a request refused before any work
+(rate limit, overload, an injected error status) gets a row too, with no tier served and no
+tokens. ``GET /v1/usage`` returns the totals of admitted requests per API key and tier
+(``?group_by=day`` for a per-day breakdown); with auth on, a key sees only its own usage.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .errors import APIError, bad_request
+from .job import Job
+from .request import TurnRequest
+from .state import REJECTED, StateBackend, UsageRow
+
+
+def job_row(job: Job, status: int) -> UsageRow:
+    """The ledger row of a settled job."""
+    return UsageRow(
+        request_id=job.id,
+        ts=time.time(),
+        api_key=job.principal.key.key if job.principal is not None else "",
+        model=job.model,
+        tier_requested=job.requested_tier,
+        tier_served=job.tier.name,
+        protocol=job.protocol,
+        transport=job.transport,
+        status=status,
+        ended=job.ended,
+        input_tokens=job.prompt_tokens,
+        cached_input_tokens=job.cached_tokens,
+        output_tokens=job.billed_output,
+        reasoning_tokens=0,
+        generated_tokens=job.generated,
+        cost_usd=job.cost_usd,
+        fault=job.fault,
+        detail=job.detail,
+    )
+
+
+def rejection_row(request_id: str, turn: TurnRequest, error: APIError, *, protocol: str,
+                  transport: str, tier: str, api_key: str, fault: str | None) -> UsageRow:
+    """The ledger row of a request refused before any work: nothing billed."""
+    return UsageRow(
+        request_id=request_id, ts=time.time(), api_key=api_key, model=turn.model,
+        tier_requested=tier, tier_served=None, protocol=protocol, transport=transport,
+        status=error.status, ended=REJECTED, fault=fault, detail=error.code,
+    )
+
+
+def add_routes(app: FastAPI, state: StateBackend) -> None:
+    async def usage(request: Request) -> Response:
+        from .turn_http import json_response
+
+        gateway = request.app.state.gateway
+        group = request.query_params.get("group_by")
+        if group not in (None, "", "day"):
+            raise bad_request("Invalid value for 'group_by': expected 'day'.", param="group_by")
+        key: str | None = None
+        principal = gateway.auth.authenticate(request.headers.get("authorization"))
+        if principal is not None and not gateway.is_admin(request.headers):
+            key = principal.key.key
+        totals = await state.usage_totals(per_day=group == "day", api_key=key)
+        return json_response({"object": "list", "data": [t.as_dict() for t in totals]})
+
+    for prefix in ("/v1", "/fast/v1"):
+        app.add_api_route(prefix + "/usage", usage, methods=["GET"])

@@ -1,0 +1,147 @@
+"""The Responses API's stored-response endpoints: ``GET`` and ``DELETE /v1/responses/{id}``, and
+``GET /v1/responses/{id}/input_items``.
+
+They read what ``POST /v1/responses`` kept in the shared state (``gateway.state``): a response
+with ``store`` not false keeps its response object and its input items (``stored_body``), so
+any gateway process sharing the state answers. A response that was not stored (``store:
+false``), was deleted, or never existed is a 404 in OpenAI's format, as the provider answers.
+Input items are listed newest first by default (``order=asc`` for oldest first), ``limit``
+(1-100, default 20) at a time, continued with ``after`` (an item id); the page says
+``first_id``, ``last_id`` and ``has_more``, which the SDK's cursor pages follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+
+from .errors import APIError, bad_request
+from .state import StoredResponse
+
+MAX_LIMIT = 100
+DEFAULT_LIMIT = 20
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status, media_type="application/json")
+
+
+def _error(error: APIError) -> Response:
+    return Response(orjson.dumps(error.body()), error.status, headers=error.headers,
+                    media_type="application/json")
+
+
+def _text_parts(content: Any, kind: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": kind, "text": content}]
+    if isinstance(content, list):
+        return [dict(p) for p in content if isinstance(p, Mapping)]
+    return []
+
+
+def input_items(rid: str, items: str | Sequence[Any]) -> list[dict[str, Any]]:
+    """A request's ``input`` as the items ``input_items`` lists (each with an id and status)."""
+    if isinstance(items, str):
+        items = [{"type": "message", "role": "user", "content": items}]
+    suffix = rid.removeprefix("resp_")
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(items):
+        if not isinstance(raw, Mapping):
+            continue
+        item = dict(raw)
+        kind = item.get("type", "message")
+        if kind == "message" or ("role" in item and "type" not in item):
+            role = item.get("role", "user")
+            part = "output_text" if role == "assistant" else "input_text"
+            item = {"type": "message", "role": role, "status": "completed",
+                    "content": _text_parts(item.get("content"), part)}
+            prefix = "msg"
+        elif kind == "function_call_output":
+            prefix = "fco"
+        elif kind == "function_call":
+            prefix = "fc"
+        else:
+            prefix = "item"
+        item.setdefault("status", "completed")
+        item["id"] = item.get("id") or f"{prefix}_{suffix}_{i}"
+        out.append(item)
+    return out
+
+
+def stored_body(response: dict[str, Any], req: Any) -> dict[str, Any]:
+    """What a stored response keeps for these endpoints: the response object as the POST
+    answered it, and the request's input items."""
+    return {"response": response,
+            "input_items": input_items(response["id"], req.input)}
+
+
+def _not_found(rid: str) -> APIError:
+    return APIError(404, f"Response with id '{rid}' not found.", param="response_id",
+                    code="not_found")
+
+
+async def _stored(request: Request, rid: str) -> dict[str, Any]:
+    item: StoredResponse | None = await request.app.state.responses.load(rid)
+    body = item.body if item is not None else None
+    if not isinstance(body, dict) or "response" not in body:
+        raise _not_found(rid)
+    return body
+
+
+def _page(items: list[dict[str, Any]], params: Mapping[str, str]) -> dict[str, Any]:
+    order = params.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise bad_request("order: must be 'asc' or 'desc'.", param="order")
+    try:
+        limit = int(params.get("limit", DEFAULT_LIMIT))
+    except ValueError:
+        raise bad_request("limit: must be an integer.", param="limit") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise bad_request(f"limit: must be between 1 and {MAX_LIMIT}.", param="limit")
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    after = params.get("after")
+    if after:
+        ids = [it["id"] for it in ordered]
+        if after not in ids:
+            raise bad_request(f"after: no item with id '{after}'.", param="after")
+        start = ids.index(after) + 1
+    page = ordered[start:start + limit]
+    return {"object": "list", "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": start + limit < len(ordered)}
+
+
+def add_routes(app: FastAPI) -> None:
+    for prefix in ("/v1", "/fast/v1"):
+
+        @app.get(prefix + "/responses/{rid}")
+        async def get_response(rid: str, request: Request) -> Response:
+            try:
+                if request.query_params.get("stream") in ("true", "1"):
+                    raise bad_request("stream: replaying a stored response's events is only "
+                                      "for background responses, which fastmode does not run.",
+                                      param="stream")
+                body = await _stored(request, rid)
+            except APIError as exc:
+                return _error(exc)
+            return _json(body["response"])
+
+        @app.delete(prefix + "/responses/{rid}")
+        async def delete_response(rid: str, request: Request) -> Response:
+            if not await request.app.state.gateway.state.delete_response(rid):
+                return _error(_not_found(rid))
+            return _json({"id": rid, "object": "response", "deleted": True})
+
+        @app.get(prefix + "/responses/{rid}/input_items")
+        async def list_input_items(rid: str, request: Request) -> Response:
+            try:
+                body = await _stored(request, rid)
+                return _json(_page(list(body.get("input_items") or []), request.query_params))
+            except APIError as exc:
+                return _error(exc)

@@ -1,0 +1,43 @@
+"""Shared gateway state (ledger, buckets, stored responses, settings) behind one interface.
+
+``base.StateBackend`` is the contract; ``sqlite.SQLiteState`` the embedded default. A backend is
+chosen by ``open_state`` from the config (``[state]``); issue #15 adds Redis behind the same
+interface.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import (
+    CANCELLED,
+    COMPLETED,
+    CUT,
+    ENDINGS,
+    FAILED,
+    REJECTED,
+    SHUTDOWN,
+    StateBackend,
+    StoredResponse,
+    Take,
+    UsageRow,
+    UsageTotal,
+)
+from .sqlite import SQLiteState
+
+__all__ = [
+    "CANCELLED", "COMPLETED", "CUT", "ENDINGS", "FAILED", "REJECTED", "SHUTDOWN",
+    "SQLiteState", "StateBackend", "StoredResponse", "Take", "UsageRow", "UsageTotal",
+    "open_state",
+]
+
+
+def open_state(path: str | Path, flush_interval_s: float = 0.25,
+               redis_url: str = "") -> StateBackend:
+    """The backend for ``[state]``: Redis when ``redis_url`` is set (several gateway processes
+    or machines share it), else the SQLite file at ``path`` (``:memory:`` keeps nothing)."""
+    if redis_url:
+        from .redis_backend import RedisState
+
+        return RedisState(redis_url, flush_interval_s=flush_interval_s)
+    return SQLiteState(path, flush_interval_s=flush_interval_s)

@@ -1,0 +1,192 @@
+"""The state several gateway processes must share, behind one interface.
+
+Four kinds of state, each with the consistency it needs and no more:
+
+* **usage ledger** — one ``UsageRow`` per request. ``append_usage`` is called on the hot path
+  (settlement) and must not block or do I/O: the backend buffers rows and writes them in
+  batches from a background task. A row handed to ``append_usage`` must be durable (survive a
+  ``kill -9`` of the process) within ``flush_interval_s`` plus the time of one batch write —
+  at most about one second. Queries (``usage_totals``, ``usage_rows``) first flush what this
+  process has buffered, so a process reads its own writes; rows of *other* processes may lag by
+  their flush interval. Rows are never updated or deleted.
+* **rate-limit buckets** — ``take`` is a token bucket (``rate_per_s`` refill, ``burst``
+  capacity) and must be atomic per bucket: two concurrent takes never both spend the same
+  tokens. It runs inside admission, synchronously, so it must not do I/O: a single-process
+  backend keeps buckets in memory; a multi-process backend (Redis) serves each take from a local
+  lease of the shared bucket and renews leases in the background, so the processes together
+  may exceed a limit by at most one lease each. Buckets may be lost on restart (they refill).
+* **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
+  ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
+  ``get_response`` is async and must see every response put by any process once it is durable;
+  ``cached_response`` is the synchronous, memory-only read that request translation uses after
+  the pipeline awaited ``get_response`` (a miss there is a true miss).
+* **settings** (fault rules, admin switches) — small JSON values keyed by
+  ``(namespace, scope, name)``; ``scope`` is e.g. a test id so parallel tests don't see each
+  other's rules. Writes are awaited and atomic per key; ``settings`` reads are synchronous and
+  served from memory (hot path). A multi-process backend refreshes its copy from the others'
+  writes within ``flush_interval_s`` (pub/sub or polling).
+
+``start`` loads what must be in memory; ``close`` flushes everything and releases the store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# how a request ended (UsageRow.ended)
+COMPLETED = "completed"  # the whole reply reached the client
+CANCELLED = "cancelled"  # the client went away or cancelled: billed for the tokens it received
+CUT = "cut"  # the server cut the stream (a reader too slow, an injected `cut` fault)
+FAILED = "failed"  # an error after the first byte (error event, injected error-event)
+REJECTED = "rejected"  # refused before any work (rate limit, overload, an injected status)
+SHUTDOWN = "shutdown"  # ended by a graceful shutdown's grace period
+ENDINGS = (COMPLETED, CANCELLED, CUT, FAILED, REJECTED, SHUTDOWN)
+
+
+@dataclass
+class UsageRow:
+    """One request in the ledger. Token counts are what was billed (see docs/reliability.md)."""
+
+    request_id: str
+    ts: float  # unix time when the request was settled
+    api_key: str  # "" when auth is off
+    model: str
+    tier_requested: str
+    tier_served: str | None  # None: never admitted (rejected)
+    protocol: str  # chat | responses | messages
+    transport: str  # http | sse | websocket
+    status: int  # HTTP status the client saw (or the websocket error's status)
+    ended: str  # one of ENDINGS
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0  # billed output tokens (reasoning included)
+    reasoning_tokens: int = 0
+    generated_tokens: int = 0  # tokens the engine produced before it saw the end
+    cost_usd: float = 0.0
+    fault: str | None = None  # the injected fault kind, if any
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TOTAL_FIELDS = ("requests", "input_tokens", "cached_input_tokens", "output_tokens",
+                "reasoning_tokens", "cost_usd")
+
+
+@dataclass
+class UsageTotal:
+    """Totals of the admitted requests of one API key on one tier (and one day, if asked)."""
+
+    api_key: str
+    tier: str
+    day: str | None = None  # "YYYY-MM-DD" (UTC) in a per-day breakdown
+    requests: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.day is None:
+            del out["day"]
+        return out
+
+
+@dataclass
+class Take:
+    """The answer of a bucket: whether the amount was taken, and what the headers report."""
+
+    allowed: bool
+    remaining: float  # tokens left after this take (or now, when refused)
+    reset_s: float  # seconds until the bucket is full again
+    retry_after_s: float = 0.0  # when refused: seconds until the amount is available
+
+
+@dataclass
+class StoredResponse:
+    """What a later turn needs from an earlier response to continue it (and what
+    ``GET /v1/responses/{id}`` shows)."""
+
+    id: str
+    model: str
+    messages: list[dict[str, Any]]  # the whole conversation, the reply included
+    context_tokens: int  # prompt + output tokens of that response: cached for the next turn
+    body: dict[str, Any] | None = field(default=None)  # the response object, when kept
+
+
+class StateBackend(ABC):
+    """Shared gateway state; see the module docstring for the contract."""
+
+    flush_interval_s: float = 0.25
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Open the store and load what is served from memory."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Flush every buffered write and release the store."""
+
+    # -- usage ledger -----------------------------------------------------------------------
+
+    @abstractmethod
+    def append_usage(self, row: UsageRow) -> None:
+        """Buffer one ledger row (non-blocking; durable within about a second)."""
+
+    @abstractmethod
+    async def flush(self) -> None:
+        """Write every buffered row and response now."""
+
+    @abstractmethod
+    async def usage_totals(self, *, per_day: bool = False, api_key: str | None = None,
+                           since: float | None = None) -> list[UsageTotal]:
+        """Totals of admitted requests per (key, tier[, day]), flushed writes included."""
+
+    @abstractmethod
+    async def usage_rows(self, *, since: float | None = None,
+                         limit: int = 10_000) -> list[UsageRow]:
+        """Raw ledger rows, oldest first (for audits and tests)."""
+
+    # -- rate-limit buckets -----------------------------------------------------------------
+
+    @abstractmethod
+    def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
+             now: float) -> Take:
+        """Take ``amount`` from ``bucket`` if available (atomically); ``now`` is monotonic s."""
+
+    # -- stored responses -------------------------------------------------------------------
+
+    @abstractmethod
+    def put_response(self, item: StoredResponse) -> None:
+        """Keep a response (write-behind)."""
+
+    @abstractmethod
+    async def get_response(self, rid: str) -> StoredResponse | None:
+        """A stored response from any process (loads it into the memory cache)."""
+
+    @abstractmethod
+    def cached_response(self, rid: str) -> StoredResponse | None:
+        """The memory-only read, after ``get_response`` was awaited."""
+
+    @abstractmethod
+    async def delete_response(self, rid: str) -> bool:
+        """Forget a response; False if it was unknown."""
+
+    # -- settings (fault rules, admin switches) ---------------------------------------------
+
+    @abstractmethod
+    async def put_setting(self, namespace: str, scope: str, name: str, value: Any) -> None:
+        """Set one JSON value (atomic per key)."""
+
+    @abstractmethod
+    async def delete_settings(self, namespace: str, scope: str | None = None,
+                              name: str | None = None) -> int:
+        """Delete one key, one scope, or a whole namespace; returns how many were deleted."""
+
+    @abstractmethod
+    def settings(self, namespace: str, scope: str | None = None) -> dict[tuple[str, str], Any]:
+        """``{(scope, name): value}`` of a namespace (or one scope), from memory."""

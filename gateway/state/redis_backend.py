@@ -1,0 +1,332 @@
+"""The shared state backend for several gateway processes or machines: Redis (redis-py).
+
+What LiteLLM and similar gateways keep in Redis for the same reason: every gateway replica
+must see the same rate-limit buckets, stored responses, usage totals and settings.
+
+- **buckets**: ``take`` runs one Lua script (atomic in Redis, on Redis's clock) per call, on a
+  synchronous connection: one loopback round trip inside admission, per request and only for a
+  key with a limit. That is what makes a limit exact across processes (a key limited to N
+  requests per minute gets N in total, however its requests are spread), where a local lease
+  would let each process overshoot or refuse early.
+- **ledger**: ``append_usage`` buffers; a background task writes each batch in one pipeline
+  (``flush_interval_s``): the rows in a sorted set by time, and the totals per (key, tier) and
+  per (key, tier, day) as hash counters (``HINCRBY``), so ``usage_totals`` reads a few hashes
+  however many rows there are.
+- **responses**: ``put_response`` wakes a writer task that sends every pending response in one
+  pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
+  trip later); entries expire after ``response_ttl_s``.
+- **settings**: a hash per namespace; writes are awaited, reads served from memory and
+  refreshed from Redis every ``flush_interval_s`` (so rules set on one gateway apply on all).
+
+Durability is Redis's (``appendonly yes`` for the ledger to survive a Redis restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import fields
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio as aioredis
+
+from .base import TOTAL_FIELDS, StateBackend, StoredResponse, Take, UsageRow, UsageTotal
+
+log = logging.getLogger("fastmode.state.redis")
+
+_ROW_FIELDS = [f.name for f in fields(UsageRow)]
+_SEP = "\x1f"
+
+# KEYS[1] bucket; ARGV amount, rate per s, burst. Returns {allowed, level, wait} as strings.
+_TAKE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local amount, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local b = redis.call('HMGET', KEYS[1], 'level', 'stamp')
+local level, stamp = tonumber(b[1]), tonumber(b[2])
+if level == nil then level, stamp = burst, now end
+level = math.min(burst, level + math.max(0, now - stamp) * rate)
+local allowed = 0
+if amount <= level then level = level - amount; allowed = 1 end
+redis.call('HSET', KEYS[1], 'level', tostring(level), 'stamp', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
+return {allowed, tostring(level)}
+"""
+
+
+def _str(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _row_json(row: UsageRow) -> bytes:
+    return orjson.dumps(row.as_dict())
+
+
+def _encode_response(item: StoredResponse) -> bytes:
+    return orjson.dumps({"id": item.id, "model": item.model, "messages": item.messages,
+                         "context_tokens": item.context_tokens, "body": item.body})
+
+
+def _decode_response(raw: bytes) -> StoredResponse:
+    d = orjson.loads(raw)
+    return StoredResponse(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"))
+
+
+class RedisState(StateBackend):
+    def __init__(self, url: str, *, prefix: str = "fastmode:", flush_interval_s: float = 0.25,
+                 response_cache: int = 1024, response_ttl_s: int = 30 * 86400) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.flush_interval_s = flush_interval_s
+        self.response_ttl_s = response_ttl_s
+        self._r: aioredis.Redis | None = None
+        self._sync: redis.Redis | None = None
+        self._take_sha = ""
+        self._rows: list[UsageRow] = []
+        self._cache: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._cache_size = response_cache
+        self._settings: dict[str, dict[tuple[str, str], Any]] = {}
+        self._responses: list[StoredResponse] = []
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._flush_lock = asyncio.Lock()
+        self.rows_written = 0
+
+    def _k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._r = aioredis.from_url(self.url)
+        self._sync = redis.Redis.from_url(self.url, socket_timeout=2.0)
+        await self._r.ping()
+        self._take_sha = await self._r.script_load(_TAKE)
+        await self._refresh_settings()
+        self._tasks = [asyncio.create_task(self._background(), name="fastmode-state-redis"),
+                       asyncio.create_task(self._response_writer(), name="fastmode-responses")]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._r is not None:
+            await self.flush()
+            await self._r.aclose()
+            self._r = None
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    async def _background(self) -> None:
+        while True:
+            await asyncio.sleep(self.flush_interval_s)
+            try:
+                await self.flush()
+                await self._refresh_settings()
+            except Exception:  # Redis away for a while: rows stay buffered, retried next round
+                log.exception("state: writing to Redis failed; retrying")
+
+    # -- usage ledger -----------------------------------------------------------------------
+
+    def append_usage(self, row: UsageRow) -> None:
+        self._rows.append(row)
+
+    async def flush(self) -> None:
+        await self._write_responses()
+        async with self._flush_lock:
+            rows, self._rows = self._rows, []
+            if not rows or self._r is None:
+                self._rows[:0] = rows
+                return
+            pipe = self._r.pipeline(transaction=True)
+            pipe.zadd(self._k("usage"), {_row_json(r): r.ts for r in rows})
+            for r in rows:
+                if r.tier_served is None:
+                    continue
+                day = time.strftime("%Y-%m-%d", time.gmtime(r.ts))
+                for key in (self._k("tot", r.api_key, r.tier_served),
+                            self._k("totd", day, r.api_key, r.tier_served)):
+                    pipe.hincrby(key, "requests", 1)
+                    for f in TOTAL_FIELDS[1:-1]:
+                        if v := getattr(r, f):
+                            pipe.hincrby(key, f, int(v))
+                    pipe.hincrbyfloat(key, "cost_usd", float(r.cost_usd))
+                pipe.sadd(self._k("tot-index"), _SEP.join((r.api_key, r.tier_served)))
+                pipe.sadd(self._k("totd-index"), _SEP.join((day, r.api_key, r.tier_served)))
+            try:
+                await pipe.execute()
+            except BaseException:
+                self._rows[:0] = rows  # keep them for the next round
+                raise
+            self.rows_written += len(rows)
+
+    async def usage_totals(self, *, per_day: bool = False, api_key: str | None = None,
+                           since: float | None = None) -> list[UsageTotal]:
+        await self.flush()
+        assert self._r is not None
+        if since is not None:  # a time window: summed from the rows themselves
+            return _sum_rows(await self.usage_rows(since=since, limit=10**9), per_day, api_key)
+        index = self._k("totd-index" if per_day else "tot-index")
+        members = sorted(_str(m) for m in await self._r.smembers(index))
+        out = []
+        for member in members:
+            parts = member.split(_SEP)
+            day: str | None = parts[0] if per_day else None
+            key, tier = parts[-2], parts[-1]
+            if api_key is not None and key != api_key:
+                continue
+            h = await self._r.hgetall(self._k("totd", day, key, tier) if day is not None else
+                                      self._k("tot", key, tier))
+            vals = {_str(k): float(v) for k, v in h.items()}
+            counts = {f: int(vals.get(f, 0)) for f in TOTAL_FIELDS[:-1]}
+            out.append(UsageTotal(key, tier, day, cost_usd=vals.get("cost_usd", 0.0), **counts))
+        return out
+
+    async def usage_rows(self, *, since: float | None = None,
+                         limit: int = 10_000) -> list[UsageRow]:
+        await self.flush()
+        assert self._r is not None
+        raw = await self._r.zrangebyscore(self._k("usage"), since or 0.0, "+inf", start=0,
+                                          num=limit)
+        return [UsageRow(**{f: d.get(f) for f in _ROW_FIELDS})
+                for d in (orjson.loads(_str(x)) for x in raw)]
+
+    # -- buckets ----------------------------------------------------------------------------
+
+    def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
+             now: float) -> Take:
+        assert self._sync is not None, "RedisState.start() was not awaited"
+        try:
+            allowed, level_s = self._sync.evalsha(self._take_sha, 1, self._k("bucket", bucket),
+                                                  amount, rate_per_s, burst)
+        except redis.exceptions.NoScriptError:  # Redis restarted and forgot the script
+            self._take_sha = self._sync.script_load(_TAKE)
+            return self.take(bucket, amount, rate_per_s, burst, now)
+        level = float(level_s)
+        reset = (burst - level) / rate_per_s
+        if allowed:
+            return Take(True, level, reset)
+        wait = (amount - level) / rate_per_s if amount <= burst else float("inf")
+        return Take(False, level, reset, wait)
+
+    # -- stored responses -------------------------------------------------------------------
+
+    def _remember(self, item: StoredResponse) -> None:
+        self._cache[item.id] = item
+        self._cache.move_to_end(item.id)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def put_response(self, item: StoredResponse) -> None:
+        self._remember(item)
+        self._responses.append(item)
+        self._wake.set()  # the response writer sends it now, not at the next flush
+
+    async def _response_writer(self) -> None:
+        """Writes stored responses as they come, every pending one in one pipeline: one
+        connection and about one round trip of delay, however many turns end at once."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._write_responses()
+
+    async def _write_responses(self) -> None:
+        items, self._responses = self._responses, []
+        if not items or self._r is None:
+            self._responses[:0] = items
+            return
+        pipe = self._r.pipeline(transaction=False)
+        for item in items:
+            pipe.set(self._k("resp", item.id), _encode_response(item), ex=self.response_ttl_s)
+        try:
+            await pipe.execute()
+        except Exception:
+            self._responses[:0] = items  # retried with the next ones (or at the next flush)
+            log.exception("state: storing responses in Redis failed; retrying")
+            await asyncio.sleep(self.flush_interval_s)
+            self._wake.set()
+
+    def cached_response(self, rid: str) -> StoredResponse | None:
+        return self._cache.get(rid)
+
+    async def get_response(self, rid: str) -> StoredResponse | None:
+        hit = self._cache.get(rid)
+        if hit is not None or self._r is None:
+            return hit
+        raw = await self._r.get(self._k("resp", rid))
+        if raw is None:
+            return None
+        item = _decode_response(raw if isinstance(raw, bytes) else _str(raw).encode())
+        self._remember(item)
+        return item
+
+    async def delete_response(self, rid: str) -> bool:
+        known = self._cache.pop(rid, None) is not None
+        deleted = await self._r.delete(self._k("resp", rid)) if self._r is not None else 0
+        return known or deleted > 0
+
+    # -- settings ---------------------------------------------------------------------------
+
+    async def _refresh_settings(self) -> None:
+        assert self._r is not None
+        fresh: dict[str, dict[tuple[str, str], Any]] = {}
+        for ns in await self._r.smembers(self._k("settings-index")):
+            name = _str(ns)
+            h = await self._r.hgetall(self._k("settings", name))
+            values: dict[tuple[str, str], Any] = {}
+            for k, v in h.items():
+                scope, _, key = _str(k).partition(_SEP)
+                values[(scope, key)] = orjson.loads(_str(v))
+            fresh[name] = values
+        self._settings = fresh
+
+    async def put_setting(self, namespace: str, scope: str, name: str, value: Any) -> None:
+        raw = orjson.dumps(value)
+        if self._r is not None:
+            pipe = self._r.pipeline(transaction=True)
+            pipe.hset(self._k("settings", namespace), _SEP.join((scope, name)), raw)
+            pipe.sadd(self._k("settings-index"), namespace)
+            await pipe.execute()
+        self._settings.setdefault(namespace, {})[(scope, name)] = orjson.loads(raw)
+
+    async def delete_settings(self, namespace: str, scope: str | None = None,
+                              name: str | None = None) -> int:
+        current = self._settings.get(namespace, {})
+        doomed = [k for k in current
+                  if (scope is None or k[0] == scope) and (name is None or k[1] == name)]
+        if doomed and self._r is not None:
+            await self._r.hdel(self._k("settings", namespace), *[_SEP.join(k) for k in doomed])
+        for k in doomed:
+            current.pop(k, None)
+        return len(doomed)
+
+    def settings(self, namespace: str, scope: str | None = None) -> dict[tuple[str, str], Any]:
+        current = self._settings.get(namespace, {})
+        if scope is None:
+            return dict(current)
+        return {k: v for k, v in current.items() if k[0] == scope}
+
+
+def _sum_rows(rows: list[UsageRow], per_day: bool, api_key: str | None) -> list[UsageTotal]:
+    acc: dict[tuple[str, str, str | None], UsageTotal] = {}
+    for r in rows:
+        if r.tier_served is None or (api_key is not None and r.api_key != api_key):
+            continue
+        day = time.strftime("%Y-%m-%d", time.gmtime(r.ts)) if per_day else None
+        t = acc.setdefault((r.api_key, r.tier_served, day),
+                           UsageTotal(r.api_key, r.tier_served, day))
+        t.requests += 1
+        t.input_tokens += r.input_tokens
+        t.cached_input_tokens += r.cached_input_tokens
+        t.output_tokens += r.output_tokens
+        t.reasoning_tokens += r.reasoning_tokens
+        t.cost_usd += r.cost_usd
+    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1], k[2] or ""))]

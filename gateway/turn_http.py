@@ -1,0 +1,170 @@
+"""The HTTP side of the turn pipeline: the route of each protocol, and its streaming response.
+
+``TurnStream`` is Starlette's ``StreamingResponse`` of pre-encoded bytes (the measured fastest
+way to stream here, see ``gateway.app``) with three additions, none per token:
+
+* it marks each write (``turn.writing_since``) so the watchdog can tell a reader that stopped
+  reading: a write still pending after ``server.stream_max_lag_s`` means the client's socket
+  buffer is full; the watchdog cancels that write and the stream ends (``ended = cut``);
+* a ``cut`` fault ends the response without its last chunk, so the client sees a dropped
+  connection (no terminal event, no ``[DONE]``);
+* the task writing the stream is the turn's ``writer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .admission import Gateway, shutting_down
+from .errors import APIError
+from .ids import new_id
+from .limits import check_request
+from .protocols.base import Protocol, RequestContext, parse_json
+from .state import CUT, FAILED
+from .turn import ClientGone, Turn
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+# The server's own ``send``, put in the scope by the app (``gateway.app``): token events are
+# written with it, past the per-message wrappers Starlette's middleware puts around ``send``
+# (they only watch for the response start, which still goes through them). No middleware here
+# rewrites a response body; one that did would have to be on the hot path's side of this.
+RAW_SEND = "fastmode.send"
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
+
+
+class TurnStream(StreamingResponse):
+    def __init__(self, turn: Turn, headers: dict[str, str], raw_send: Send | None = None) -> None:
+        super().__init__(turn.sse(), media_type="text/event-stream",
+                         headers={**SSE_HEADERS, **headers})
+        self.turn = turn
+        self.raw_send = raw_send
+
+    async def stream_response(self, send: Send) -> None:
+        turn = self.turn
+        task = asyncio.current_task()
+        turn.writer = task
+        clock = asyncio.get_running_loop().time
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        write = self.raw_send or send  # token events skip the middleware's send wrappers
+        try:
+            async for chunk in self.body_iterator:
+                turn.writing_since = clock()
+                await write({"type": "http.response.body", "body": chunk, "more_body": True})
+                turn.writing_since = 0.0
+        except asyncio.CancelledError:
+            # the watchdog's cancel of a write to a reader that stopped reading: end here,
+            # without the last chunk (uvicorn then closes the connection)
+            if turn.abort is not None and task is not None and task.uncancel() == 0:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                return
+            raise
+        finally:
+            turn.writer = None
+        if turn.cut:
+            return  # a `cut` fault: the connection drops mid-stream
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class Truncated(Response):
+    """A non-streamed answer cut mid-body (the ``cut`` fault): the client sees the connection
+    drop before ``content-length`` bytes arrived."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": self.body[: len(self.body) // 2],
+                    "more_body": True})
+
+
+async def _disconnected(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def prefetch(req: Any, ctx: RequestContext) -> None:
+    """Load a ``previous_response_id`` from the shared state before the (sync) translation."""
+    rid = getattr(req, "previous_response_id", None)
+    if isinstance(rid, str) and rid:
+        await ctx.store.load(rid)
+
+
+def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Awaitable[Response]]:
+    """The HTTP route of ``protocol`` (on /v1 or /fast/v1)."""
+
+    async def endpoint(request: Request) -> Response:
+        started = time.perf_counter()
+        state = request.app.state
+        gateway: Gateway = state.gateway
+        request_id = new_id("req")
+
+        def gone() -> Awaitable[None]:
+            return _disconnected(request)
+
+        try:
+            if gateway.draining:
+                raise shutting_down()
+            body = parse_json(await request.body())
+            check_request(protocol.name, body, gateway.config.limits)
+            gateway.faults.parse(request.headers)  # a malformed fault header is a 400
+            req = protocol.validate(body)
+            ctx = RequestContext(request.headers, fast_path, state.responses)
+            await prefetch(req, ctx)
+            turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
+            job = await turn.start(state.remote, disconnected=gone)
+        except APIError as exc:
+            return protocol.error_response(exc, request_id)
+        except ClientGone:
+            return Response(status_code=499)
+        headers = turn.headers(started)
+        if turn.request.stream:
+            return TurnStream(turn, headers, request.scope.get(RAW_SEND))
+        try:
+            finished = await turn.wait(gone)
+            if turn.abort is not None and not job.finished:
+                error = turn.abort[0]
+                turn.settle_aborted()
+                return protocol.error_response(error, request_id)
+            if not finished:
+                turn.settle(499)
+                return Response(status_code=499)
+            return await _whole(turn, headers, request_id)
+        finally:
+            turn.settle_aborted()  # a no-op unless something above failed
+
+    endpoint.__name__ = f"{protocol.name}{'_fast' if fast_path else ''}"
+    return endpoint
+
+
+async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Response:
+    """The non-streamed body, with the mid-stream faults as they apply to a whole answer."""
+    fault, enc, job = turn.stream_fault, turn.encoder, turn.job
+    assert enc is not None and job is not None
+    if fault is not None and fault.kind == "stall":
+        await asyncio.sleep(fault.seconds(turn.gateway.config.faults.stall_s))
+    if fault is not None and fault.kind == "error-event":
+        turn.settle(500, FAILED, "fault")
+        return turn.protocol.error_response(turn.gateway.faults.stream_error(fault), request_id)
+    if fault is not None and fault.kind == "cut":
+        turn.settle(499, CUT, "fault")
+        body = orjson.dumps(enc.body())
+        return Truncated(body, 200, headers=headers, media_type="application/json")
+    turn.complete()
+    headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
+    body = orjson.dumps(enc.body())
+    if fault is not None and fault.kind == "malformed":
+        body = body[: len(body) // 2]
+    return Response(body, 200, headers=headers, media_type="application/json")

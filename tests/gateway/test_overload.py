@@ -1,0 +1,159 @@
+"""Overload answers early, with retry-after from the modeled drain (gateway.overflow); readiness
+names a tier that cannot serve (gateway.health); a reader that stops reading or falls behind is
+cut, its slot freed (gateway.watchdog, Turn._events)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import urlparse
+
+import httpx
+import orjson
+import pytest
+from configs import with_keys
+from test_openai_sdk import USER
+
+from backends.drivers import new_sequence
+from backends.engine import build
+from backends.mockmodel import GenerationRequest
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.overflow import QueueModel
+from gateway.protocols import CHAT, RequestContext
+from gateway.request import TurnRequest
+from gateway.turn import Turn
+
+SMALL_QUEUE = """
+[deployments.std]
+model = "frontier"
+hardware = "b200"
+chips = 8
+precision = "fp8"
+max_batch = 4
+max_waiting = 8
+[deployments.std.background]
+occupancy = 0.5
+context_tokens = 2000
+[tiers.standard]
+deployment = "std"
+[tiers.standard.prices]
+input = 5.0
+cached_input = 0.5
+output = 25.0
+[server]
+max_queue_wait_s = 1
+stream_max_lag_s = 0.2
+[routes.frontier]
+standard = "standard"
+fast = "standard"
+"""
+
+
+def test_queue_model_plays_the_queue_forward() -> None:
+    """Four running sequences free their slots after 9, 19, 29, 39 more steps; two waiting
+    ones take the first two of those slots; a new request gets the next: step 19."""
+    spec = build(load_config().sim())
+    sched = spec.deployments["fast"].new_scheduler()  # 16 slots, 12 held by others
+    for out in (10, 20, 30, 40):
+        assert sched.submit(new_sequence(100, out, 0.0))
+    sched.step(0.0)  # prefill: every sequence has its first token
+    for out in (5, 7):
+        assert sched.submit(new_sequence(100, out, 0.0))
+    model = QueueModel()
+    assert model.wait_steps(sched) == (19, 9)
+    # one more in the same step: only the new one is played (cached), and it waits longer
+    sched.submit(new_sequence(100, 3, 0.0))
+    assert model.wait_steps(sched) == (23, 9)
+
+
+@pytest.fixture
+async def small_app(tmp_path) -> AsyncIterator:
+    path = tmp_path / "q.toml"
+    path.write_text(SMALL_QUEUE)
+    app = create_app(load_config(path))
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    yield app
+    await ctx.__aexit__(None, None, None)
+
+
+def hold(app, tokens: int = 3000):
+    gen = GenerationRequest(messages=USER, ignore_eos=True)
+    return app.state.gateway.admit(TurnRequest("frontier", False, gen, 20, tokens, True))
+
+
+async def test_a_long_modeled_wait_is_refused_at_once_with_a_modeled_retry_after(
+        small_app) -> None:
+    gateway = small_app.state.gateway
+    held = [hold(small_app), hold(small_app)]  # both free slots, 3000 tokens each
+    deadline = time.monotonic() + 5
+    while not gateway._step_s and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # the replica's first step sets its step time
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=small_app),
+                                 base_url="http://t") as c:
+        r = await c.post("/v1/chat/completions",
+                         json={"model": "frontier", "messages": USER, "max_tokens": 5})
+        ready = await c.get("/readyz")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "server_is_overloaded"
+    assert "modeled wait" in r.json()["error"]["message"]
+    step = next(iter(gateway._step_s.values()))
+    retry = int(r.headers["retry-after-ms"]) / 1000
+    # the first held request frees its slot after ~2999 more steps: retry when the wait is 1 s
+    assert retry == pytest.approx(2999 * step - 1, rel=0.05)
+    assert ready.status_code == 503  # the only tier cannot serve
+    assert ready.json()["tiers"]["standard"]["ready"] is False
+    for job in held:
+        gateway.settle(job, 499)
+    assert gateway.metrics.rejections.labels("queue_wait", "standard")._value.get() == 1
+
+
+async def test_a_reader_that_falls_behind_is_cut_with_an_error_event(small_app) -> None:
+    gateway = small_app.state.gateway
+    req = CHAT.validate({"model": "frontier", "messages": USER, "max_tokens": 400,
+                         "stream": True, "ignore_eos": True})
+    turn = Turn(gateway, CHAT, req, RequestContext({}, False, small_app.state.responses))
+    await turn.start()
+    events = turn.sse()
+    await events.__anext__()  # the opening chunk
+    await events.__anext__()  # the first tokens
+    await asyncio.sleep(0.5)  # the reader pauses longer than stream_max_lag_s = 0.2
+    rest = [chunk async for chunk in events]
+    error = orjson.loads(rest[-1][len(b"data: "):])
+    assert error["error"]["code"] == "stream_reader_too_slow"
+    assert gateway.turns == set() and gateway._jobs == set()
+    rows = await gateway.state.usage_rows()
+    assert (rows[-1].ended, rows[-1].detail) == ("cut", "reader_lagging")
+    assert rows[-1].output_tokens < 400
+
+
+def test_a_reader_that_stops_reading_is_cut_and_its_slot_freed(server_factory) -> None:
+    text = with_keys(stream_max_lag_s=1, socket_send_buffer_bytes=16384)
+    url = server_factory(config_text=text)
+    u = urlparse(url)
+    body = orjson.dumps({"model": "frontier-spark", "messages": USER, "max_tokens": 20000,
+                         "stream": True, "ignore_eos": True})
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window fills fast
+    s.connect((u.hostname, u.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-type: "
+              b"application/json\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n"
+              + body)
+    try:  # read nothing; the server must give up on us
+        deadline = time.monotonic() + 20
+        rows: list[dict] = []
+        while time.monotonic() < deadline:
+            text = httpx.get(url + "/metrics").text
+            if 'fastmode_cancelled_total{tier="spark"} 1.0' in text:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the stalled stream was not cut")
+        running = [line for line in httpx.get(url + "/metrics").text.splitlines()
+                   if line.startswith("fastmode_replica_running{") and "spark" in line]
+        assert all(line.endswith(" 0.0") for line in running), running
+    finally:
+        s.close()
+    assert rows == []

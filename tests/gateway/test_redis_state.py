@@ -1,0 +1,182 @@
+"""The Redis state backend against a real ``redis-server`` (Debian's package; `.ci/run` installs
+it). Two backends on one Redis behave as two gateways: buckets exact in total, responses
+continued across, usage summed, settings propagated; then two real `fastmode serve` processes
+sharing one Redis, driven with the official openai SDK.
+
+Without the redis-server binary the tests are skipped, saying so."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from conftest import free_port
+
+from gateway.config import default_config_text
+from gateway.state import StoredResponse, UsageRow
+from gateway.state.redis_backend import RedisState
+
+REDIS = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(
+    REDIS is None, reason="redis-server is not installed (apt-get install redis-server)")
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server on a free loopback port, stopped at the end."""
+    assert REDIS is not None
+    port = free_port()
+    proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    import redis
+
+    client = redis.Redis(port=port)
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError("redis-server did not start") from None
+            time.sleep(0.02)
+    client.close()
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def row(i: int, key: str = "k1", tier: str | None = "fast", out: int = 10) -> UsageRow:
+    return UsageRow(f"req-{i}", time.time(), key, "frontier", "fast", tier, "chat", "http",
+                    200 if tier else 429, "completed" if tier else "rejected",
+                    input_tokens=20, cached_input_tokens=5, output_tokens=out,
+                    cost_usd=0.001 * out)
+
+
+async def two(url: str) -> tuple[RedisState, RedisState]:
+    a, b = RedisState(url, flush_interval_s=0.05), RedisState(url, flush_interval_s=0.05)
+    await a.start()
+    await b.start()
+    return a, b
+
+
+async def test_bucket_is_exact_across_processes(redis_url: str) -> None:
+    a, b = await two(redis_url)
+    try:
+        granted = [s.take("ratelimit|k|fast|requests", 1, 10 / 60, 10, 0.0).allowed
+                   for _ in range(15) for s in (a, b)]
+        assert sum(granted) == 10  # a key limited to 10 per minute gets 10, not 10 each
+        refused = a.take("ratelimit|k|fast|requests", 1, 10 / 60, 10, 0.0)
+        assert not refused.allowed and 0 < refused.retry_after_s <= 6.5
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_responses_usage_and_settings_are_shared(redis_url: str) -> None:
+    a, b = await two(redis_url)
+    try:
+        a.put_response(StoredResponse("resp_1", "frontier", [{"role": "user", "content": "x"}],
+                                      42))
+        await asyncio.sleep(0)  # the write starts at once, not at the next flush
+        for _ in range(100):
+            got = await b.get_response("resp_1")
+            if got is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert got is not None and got.context_tokens == 42 and b.cached_response("resp_1")
+        for i in range(3):
+            a.append_usage(row(i))
+        b.append_usage(row(3, out=30))
+        b.append_usage(row(4, tier=None))  # a rejection: in the rows, not in the totals
+        await a.flush()
+        totals = await b.usage_totals()
+        assert [(t.api_key, t.tier, t.requests, t.output_tokens, t.cached_input_tokens)
+                for t in totals] == [("k1", "fast", 4, 60, 20)]
+        assert totals[0].cost_usd == pytest.approx(0.06)
+        assert len(await a.usage_rows()) == 5
+        day = await a.usage_totals(per_day=True)
+        assert day[0].day and day[0].requests == 4
+        window = await a.usage_totals(since=time.time() - 60)
+        assert window[0].requests == 4 and window[0].output_tokens == 60
+        await a.put_setting("faults", "test-1", "rule", {"kind": "503"})
+        for _ in range(100):
+            if b.settings("faults"):
+                break
+            await asyncio.sleep(0.01)
+        assert b.settings("faults") == {("test-1", "rule"): {"kind": "503"}}
+        assert await b.delete_settings("faults", "test-1") == 1
+        assert await b.delete_response("resp_1") and await a.get_response("nope") is None
+    finally:
+        await a.close()
+        await b.close()
+
+
+def _config(url: str) -> str:
+    """The default config with Redis state and a key limited to 6 spark requests a minute."""
+    text = default_config_text()
+    auth = text.index("[auth]\nenabled = false")
+    end = text.index("\n", auth + len("[auth]\n"))
+    text = text[:auth] + """[auth]
+enabled = true
+[[auth.keys]]
+key = "sk-limited"
+[auth.keys.limits.spark]
+requests_per_minute = 6
+""" + text[end + 1:]
+    state = f'[state]\npath = ":memory:"\nredis_url = "{url}"\nflush_interval_s = 0.05\n'
+    if "\n[state]\n" not in text:
+        return text + "\n" + state
+    start = text.index("\n[state]\n") + 1
+    nxt = re.search(r"^\[(?!state\])", text[start + 1:], re.M)  # the next table, if any
+    stop = start + 1 + nxt.start() if nxt else len(text)
+    return text[:start] + state + "\n" + text[stop:]
+
+
+def test_two_gateway_processes_share_state(redis_url: str, server_factory) -> None:
+    text = _config(redis_url)
+    assert "sk-limited" in text
+    g1, g2 = server_factory(config_text=text), server_factory(config_text=text)
+    c1, c2 = (openai.OpenAI(base_url=u + "/v1", api_key="sk-limited", max_retries=0,
+                            timeout=30) for u in (g1, g2))
+    # limits: 6 per minute in total, whichever gateway takes the request
+    ok = 0
+    for i in range(10):
+        client = (c1, c2)[i % 2]
+        try:
+            client.chat.completions.create(model="frontier-spark", max_completion_tokens=3,
+                                           messages=[{"role": "user", "content": "hi"}])
+            ok += 1
+        except openai.RateLimitError:
+            pass
+    assert ok == 6
+    # a response stored on gateway 1 is continued on gateway 2 (standard tier: no limit)
+    first = c1.responses.create(model="frontier", input="Remember: blue.", max_output_tokens=8)
+    second = c2.responses.create(model="frontier", input="What colour?", max_output_tokens=8,
+                                 previous_response_id=first.id)
+    assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens
+    assert second.usage.input_tokens_details.cached_tokens == (
+        first.usage.input_tokens + first.usage.output_tokens)
+    # usage: either gateway reports the sum of both (after their flush interval)
+    deadline = time.monotonic() + 10
+    while True:
+        rows = httpx.get(g2 + "/v1/usage", headers={"authorization": "Bearer sk-limited"},
+                         timeout=5).json()["data"]
+        n = sum(r["requests"] for r in rows)
+        if n == 8 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert n == 8, rows  # 6 spark + 2 standard, from both processes
+    assert {r["tier"] for r in rows} == {"spark", "standard"}

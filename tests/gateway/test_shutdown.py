@@ -1,0 +1,115 @@
+"""Graceful shutdown (gateway.shutdown): on SIGTERM, streams in flight get their end within the
+grace period — a proper error event on HTTP and on the websocket — the ledger is flushed, and
+the process exits 0 with no traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from configs import with_keys
+from test_openai_sdk import USER
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sigterm_ends_every_stream_properly_and_exits_0(tmp_path) -> None:
+    from conftest import free_port
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cfg = tmp_path / "s.toml"
+    cfg.write_text(with_keys(shutdown_grace_s=1))
+    ledger = tmp_path / "ledger.sqlite3"
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg),
+         "--ledger", str(ledger), "--log-level", "info"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.05)
+        sse: dict[str, list[str]] = {"long": [], "short": []}
+        errors: dict[str, BaseException] = {}
+        ws_events: list[dict] = []
+        ws_close: list[int | None] = []
+
+        def stream(name: str, tokens: int) -> None:
+            try:
+                with httpx.stream("POST", url + "/v1/chat/completions", timeout=30, json={
+                        "model": "frontier", "messages": USER, "max_tokens": tokens,
+                        "stream": True, "ignore_eos": True}) as r:
+                    for line in r.iter_lines():
+                        sse[name].append(line)
+            except BaseException as exc:  # noqa: BLE001 - reported by the asserts below
+                errors[name] = exc
+
+        def websocket() -> None:
+            with connect(url.replace("http", "ws") + "/v1/responses") as ws:
+                ws.send(json.dumps({"type": "response.create", "model": "frontier",
+                                    "input": "Write a long essay.", "max_output_tokens": 3000,
+                                    "ignore_eos": True}))
+                try:
+                    while True:
+                        ws_events.append(json.loads(ws.recv(timeout=30)))
+                except ConnectionClosed as exc:
+                    ws_close.append(exc.rcvd.code if exc.rcvd else None)
+
+        threads = [threading.Thread(target=stream, args=("long", 3000), daemon=True),
+                   threading.Thread(target=websocket, daemon=True)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 20
+        while (len(sse["long"]) < 10 or len(ws_events) < 10) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        short = threading.Thread(target=stream, args=("short", 25), daemon=True)
+        short.start()
+        while not sse["short"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert proc.wait(15) == 0
+        assert time.monotonic() - signalled < 1 + 6  # the grace period plus uvicorn's margin
+        for t in [*threads, short]:
+            t.join(5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    log.seek(0)
+    text = log.read().decode()
+    assert "Traceback" not in text, text[-3000:]
+    assert not errors, errors
+    # the short stream finished within the grace period
+    assert [line for line in sse["short"] if line.startswith("data: ")][-1] == "data: [DONE]"
+    # the long one ended with OpenAI's in-stream error, and a complete HTTP body
+    last = json.loads([line for line in sse["long"] if line.startswith("data: ")][-1][6:])
+    assert last["error"]["code"] == "server_shutting_down"
+    # the websocket turn got its terminal event, then the socket closed with 1001
+    assert ws_events[-1]["type"] == "response.failed"
+    assert ws_events[-1]["response"]["error"]["code"] == "server_shutting_down"
+    assert ws_close == [1001]
+    with sqlite3.connect(ledger) as db:
+        ended = dict(db.execute("SELECT ended, COUNT(*) FROM usage GROUP BY ended").fetchall())
+    assert ended == {"completed": 1, "shutdown": 2}
+    # nothing listens any more
+    try:
+        httpx.get(url + "/healthz", timeout=1)
+        raise AssertionError("still serving")
+    except httpx.ConnectError:
+        pass

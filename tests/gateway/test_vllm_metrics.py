@@ -1,0 +1,113 @@
+"""vLLM-compatible metrics of a fastmode engine, read with prometheus_client's own parser.
+
+The engine's app runs in process (httpx.ASGITransport, lifespan on); requests go through it and
+the exposition must carry vLLM's names, types and labels, with values that add up to what the
+requests did (tokens, successes by finish reason, one TTFT per request, one ITL sample per
+decoded token, e2e = queue + prefill + decode)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.app import create_app
+from gateway.config import load_config
+from gateway.engine_config import engine_config
+
+USER = [{"role": "user", "content": "Explain continuous batching."}]
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
+            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+              "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+              "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds")
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(engine_config(load_config(), "spark", replicas=2))
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://e")
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        await ctx.__aexit__(None, None, None)
+
+
+async def scrape(client: httpx.AsyncClient) -> dict:
+    text = (await client.get("/metrics")).text
+    return {f.name: f for f in text_string_to_metric_families(text) if f.name.startswith("vllm:")}
+
+
+def value(fams: dict, name: str, suffix: str = "", **labels: str) -> float:
+    return sum(s.value for s in fams[name].samples if s.name == name + suffix
+               and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+async def test_names_types_and_labels(engine) -> None:
+    fams = await scrape(engine)
+    for name in GAUGES:
+        assert fams[name].type == "gauge", name
+    for name in COUNTERS:
+        assert fams[name].type == "counter", name
+    for name in HISTOGRAMS:
+        assert fams[name].type == "histogram", name
+    engines = {s.labels["engine"] for s in fams["vllm:num_requests_waiting"].samples}
+    assert engines == {"0", "1"}  # one vLLM engine per replica
+    for s in fams["vllm:kv_cache_usage_perc"].samples:
+        assert s.labels["model_name"] == "frontier-spark" and 0 < s.value < 1  # others' KV
+    info = fams["vllm:cache_config_info"].samples[0]
+    assert info.labels["block_size"] == "16" and int(info.labels["num_gpu_blocks"]) > 0
+
+
+async def test_values_add_up_to_the_requests(engine) -> None:
+    usages = []
+    for body in ({"max_tokens": 40, "seed": 1}, {"max_tokens": 12, "ignore_eos": True},
+                 {"max_tokens": 25, "seed": 2}):
+        r = await engine.post("/v1/chat/completions",
+                              json={"model": "frontier-spark", "messages": USER, **body})
+        assert r.status_code == 200
+        usages.append((r.json()["usage"], r.json()["choices"][0]["finish_reason"]))
+    fams = await scrape(engine)
+    out = sum(u["completion_tokens"] for u, _ in usages)
+    assert value(fams, "vllm:generation_tokens", "_total") == out
+    assert value(fams, "vllm:prompt_tokens", "_total") == sum(u["prompt_tokens"]
+                                                               for u, _ in usages)
+    lengths = sum(1 for _, reason in usages if reason == "length")
+    assert lengths >= 1
+    assert value(fams, "vllm:request_success", "_total", finished_reason="length") == lengths
+    assert value(fams, "vllm:request_success", "_total") == 3
+    assert value(fams, "vllm:time_to_first_token_seconds", "_count") == 3
+    assert value(fams, "vllm:inter_token_latency_seconds", "_count") == out - 3
+    e2e = value(fams, "vllm:e2e_request_latency_seconds", "_sum")
+    parts = sum(value(fams, f"vllm:request_{p}_time_seconds", "_sum")
+                for p in ("queue", "prefill", "decode"))
+    assert e2e > 0 and parts == pytest.approx(e2e, rel=1e-9)
+    assert value(fams, "vllm:num_requests_waiting") == 0
+    buckets = [s for s in fams["vllm:time_to_first_token_seconds"].samples
+               if s.name.endswith("_bucket") and s.labels["le"] == "+Inf"]
+    assert sum(b.value for b in buckets) == 3
+
+
+async def test_running_gauge_counts_an_admitted_request(engine) -> None:
+    from backends.mockmodel import GenerationRequest
+    from gateway.request import TurnRequest
+
+    before = value(await scrape(engine), "vllm:num_requests_running")
+    gateway = engine._transport.app.state.gateway  # type: ignore[attr-defined]
+    gen = GenerationRequest(messages=USER, ignore_eos=True)
+    job = gateway.admit(TurnRequest("frontier-spark", False, gen, 20, 3000, True))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    running = before
+    while loop.time() < deadline and running != before + 1:
+        await asyncio.sleep(0.005)
+        running = value(await scrape(engine), "vllm:num_requests_running")
+    assert running == before + 1
+    gateway.settle(job, 499)

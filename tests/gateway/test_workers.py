@@ -1,0 +1,148 @@
+"""`fastmode serve --workers N`: replicas partitioned over worker processes on one port.
+
+Partitioning is checked on the config; then a real 2-worker gateway (processes, SO_REUSEPORT)
+serves requests on many connections, both workers take some, /metrics merges both (a `worker`
+label on every sample) and a too-small config is refused before anything starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+
+import httpx
+import pytest
+from conftest import ROOT, free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import Config, default_config_text, load_config
+from gateway.workers import WorkersError, partition
+
+
+def test_each_replica_in_exactly_one_worker() -> None:
+    config = load_config()
+    for n in (1, 2):
+        parts = partition(config, n)
+        assert len(parts) == n
+        for name, dep in config.deployments.items():
+            shares = [p.deployments[name].replicas for p in parts]
+            assert sum(shares) == dep.replicas and min(shares) >= 1, (name, shares)
+            assert max(shares) - min(shares) <= 1
+            for p in parts:  # the other tenants' load is per replica: it moves with it
+                assert p.deployments[name].background == dep.background
+
+
+def test_too_few_replicas_is_refused_with_the_numbers() -> None:
+    config = load_config()
+    fewest = min(d.replicas for d in config.deployments.values())
+    with pytest.raises(WorkersError, match=rf"--workers {fewest + 1}: deployment .* has "
+                                           rf"{fewest} replica"):
+        partition(config, fewest + 1)
+
+
+def test_remote_deployments_are_not_partitioned() -> None:
+    raw = tomllib.loads(default_config_text())
+    for name, dep in raw["deployments"].items():
+        dep["replicas"] = 2 if name == "spark" else 3
+    with pytest.raises(WorkersError, match="spark"):
+        partition(Config.model_validate(raw), 3)
+    raw["remote"] = {"tiers": {t: {"upstreams": ["http://engine:1"]}
+                               for t, tier in raw["tiers"].items()
+                               if tier["deployment"] == "spark"}}
+    parts = partition(Config.model_validate(raw), 3)  # spark is served remotely
+    assert all(p.deployments["spark"].replicas == 2 for p in parts)
+    assert all(p.deployments["standard"].replicas == 1 for p in parts)
+
+
+def test_limits_need_shared_state_across_workers() -> None:
+    raw = tomllib.loads(default_config_text())
+    raw["auth"] = {"enabled": True, "keys": [
+        {"key": "k", "limits": {"fast": {"requests_per_minute": 5}}}]}
+    with pytest.raises(WorkersError, match="redis_url"):
+        partition(Config.model_validate(raw), 2)
+    raw["state"] = {"redis_url": "redis://127.0.0.1:6379/0"}
+    assert len(partition(Config.model_validate(raw), 2)) == 2
+
+
+def test_two_workers_serve_one_port_and_merge_metrics(server_factory) -> None:
+    url = server_factory("--workers", "2")
+    seen_status = []
+    for _ in range(24):  # a new connection each time: the kernel spreads them
+        with httpx.Client(timeout=30) as c:
+            r = c.post(url + "/v1/chat/completions", json={
+                "model": "frontier-spark", "max_tokens": 3,
+                "messages": [{"role": "user", "content": "hi"}]})
+            seen_status.append(r.status_code)
+    assert set(seen_status) == {200}
+    text = httpx.get(url + "/metrics", timeout=10).text
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["fastmode_workers_scraped"].samples[0].value == 2
+    by_worker: dict[str, float] = {}
+    for s in fams["fastmode_requests"].samples:
+        if s.name == "fastmode_requests_total":
+            by_worker[s.labels["worker"]] = by_worker.get(s.labels["worker"], 0) + s.value
+    assert sum(by_worker.values()) == 24
+    assert set(by_worker) == {"0", "1"} and min(by_worker.values()) > 0, by_worker
+    # every replica of every deployment appears once, in one worker
+    replicas = {(s.labels["deployment"], s.labels["replica"], s.labels["worker"])
+                for s in fams["fastmode_replica_waiting"].samples}
+    config = load_config()
+    for name, dep in config.deployments.items():
+        assert len({r for r in replicas if r[0] == name}) == dep.replicas
+
+
+def test_too_many_workers_exits_2_before_serving() -> None:
+    port = free_port()
+    r = subprocess.run([sys.executable, "-m", "commands", "serve", "--workers", "9",
+                        "--port", str(port)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2
+    assert "--workers 9" in r.stderr and "replica" in r.stderr
+
+
+def test_sigterm_stops_every_worker() -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--workers", "2",
+                             "--port", str(port)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        children = _children(proc.pid)
+        assert len(children) >= 2
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert not [c for c in children if _alive(c)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
