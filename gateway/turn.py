@@ -83,6 +83,7 @@ class Turn:
         self.cut = False  # drop the connection without a terminal event
         self.writer: asyncio.Task[Any] | None = None  # the task writing this turn's stream
         self.writing_since = 0.0  # loop time the pending write began (0: none pending)
+        self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
 
     # -- admission ------------------------------------------------------------------------
 
@@ -240,7 +241,12 @@ class Turn:
         enc.interval = interval = getattr(stream, "interval", 1)  # the tier's stream_interval
         try:
             self.opened = True
-            yield frame(enc.opening())
+            opening = frame(enc.opening())
+            if enc.opening_at_first_token:  # sent when the first token is (Chat's role chunk)
+                pending = opening
+            else:
+                pending = None
+                yield opening
             take, ready = stream.take, stream.ready
             while True:  # the engine's token stream itself, no iterator layer in between
                 n = take()
@@ -252,12 +258,15 @@ class Turn:
                     continue
                 start = stream.delivered - n
                 now = clock()
-                if now - stream.since > max_lag:  # `since` bounds when the batch was due
-                    lag = now - stream.due_at(start, n)
+                if now - stream.since - self.paused > max_lag:  # `since` bounds the due time
+                    lag = now - stream.due_at(start, n) - self.paused
                     if lag > max_lag:
                         self.abort = self.abort or (lagging(lag, max_lag), 499, CUT,
                                                     "reader_lagging")
                         break
+                if pending is not None:
+                    yield pending
+                    pending = None
                 fault = self.stream_fault
                 if fault is None or start + n < fault.after:
                     yield tokens(start, n)
@@ -272,6 +281,8 @@ class Turn:
                     return
                 if n > head:
                     yield tokens(start + head, n - head)
+            if pending is not None:  # no token came (an empty reply, or a cut)
+                yield pending
             job.streamed()
             if self.abort is not None and not job.finished:
                 yield frame(self._as_sent().failed(self.abort[0]))
@@ -326,9 +337,12 @@ class Turn:
         enc = self.encoder
         assert enc is not None
         if fault.kind == "stall":  # one sleep, cut short by a graceful shutdown
+            clock = asyncio.get_running_loop().time
+            began = clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.gateway.drain_event.wait(),
                                        fault.seconds(self.gateway.config.faults.stall_s))
+            self.paused += clock() - began  # the server's own pause is not the reader's lag
         elif fault.kind == "malformed":
             yield frame([(MALFORMED_EVENT.get(self.protocol.name, ""), MALFORMED_BODY)])
         elif fault.kind == "cut":

@@ -60,6 +60,10 @@ class Encoder(ABC):
     events belong to which token. The stream asks for ``sse_tokens`` / ``frame_tokens``."""
 
     named_events: ClassVar[bool] = True  # SSE ``event:`` lines (Chat Completions has none)
+    # Chat Completions' first chunk (the assistant role) arrives with the first token, as
+    # OpenAI sends it: clients such as `vllm bench serve --backend openai-chat` time TTFT from
+    # the first chunk. Responses and Messages announce the response at once.
+    opening_at_first_token: ClassVar[bool] = False
     job: Job
     interval: int = 1  # tokens per event: the tier's ``stream_interval`` (set by the turn)
     _marks: list[tuple[int, int]] | None = None  # recording where each token's events begin

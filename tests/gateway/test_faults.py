@@ -372,3 +372,14 @@ async def test_admin_api_is_off_unless_enabled(app_for) -> None:
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         r = await c.get("/admin/faults", headers=ADMIN)
     assert r.status_code == 404
+
+
+async def test_a_stall_longer_than_the_lag_bound_is_not_a_lagging_reader(app_for) -> None:
+    """The server's own injected pause must not count against the reader."""
+    app, transport = await app_for(replace=("stream_max_lag_s = 30", "stream_max_lag_s = 0.3"))
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        r = await c.post("/v1/chat/completions", json={**CHAT, "max_tokens": 150},
+                         headers={"x-fastmode-fault": "stall;after=2;s=1"})  # still generating
+    events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert "stream_reader_too_slow" not in r.text

@@ -58,7 +58,8 @@ def test_chat_parse_nested_models(live_server: str, model: str) -> None:
     schema = to_strict_json_schema(Contact)
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
     ok = 0
-    for seed in range(8):
+    seeds = 3 if model == "frontier" else 8  # the standard tier streams ~65 tok/s
+    for seed in range(seeds):
         try:
             completion = oa(live_server).chat.completions.parse(
                 model=model, messages=USER, response_format=Contact, seed=seed,
@@ -71,7 +72,7 @@ def test_chat_parse_nested_models(live_server: str, model: str) -> None:
         assert list(validator.iter_errors(json.loads(message.content))) == []
         assert message.parsed.address.city == "Lisbon"
         ok += 1
-    assert ok >= 6
+    assert ok >= seeds - 2
 
 
 def test_chat_parse_streams_and_recursive_models(live_server: str) -> None:
@@ -133,7 +134,7 @@ PATTERNED = {
 def test_pattern_and_format_fields_validate(live_server: str) -> None:
     validator = Draft202012Validator(PATTERNED,
                                      format_checker=Draft202012Validator.FORMAT_CHECKER)
-    for seed in range(10):
+    for seed in range(4):
         resp = oa(live_server).chat.completions.create(
             model="frontier", messages=USER, seed=seed, max_completion_tokens=600,
             response_format={"type": "json_schema", "json_schema": {
@@ -148,7 +149,9 @@ def test_strict_tool_arguments_follow_patterns(live_server: str) -> None:
     tool = {"type": "function", "function": {
         "name": "track_order", "description": "Track an order", "strict": True,
         "parameters": PATTERNED}}
-    for seed in range(20):  # the issue: 14 of 20 standard-tier calls failed on a pattern
+    # the issue: 14 of 20 standard-tier calls failed on a pattern (40 seeds are checked in
+    # tests/backends/test_structured.py; a few here, through the SDK)
+    for seed in range(8):
         resp = oa(live_server).chat.completions.create(
             model="frontier", messages=[{"role": "user", "content": "Track my order"}],
             tools=[tool], tool_choice="required", seed=seed, parallel_tool_calls=False)

@@ -38,6 +38,7 @@ def chat_usage(job: Job) -> dict[str, Any]:
 
 class ChatEncoder(Encoder):
     named_events = False
+    opening_at_first_token = True
 
     def __init__(self, job: Job, include_usage: bool) -> None:
         self.job = job
