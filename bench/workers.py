@@ -97,9 +97,7 @@ class Stream:
                 self.time_info = orjson.loads(got[i + 12:j + 1])
             if b"data: [DONE]" in got:
                 self.done = True
-        # the role chunk's content is "", not a token
-        if self.tokens and b'"role":"assistant","content":""' in got:
-            self.tokens -= 1
+        # the role chunk ({"role":"assistant","content":""...) does not match the pattern
 
     def rate_ratio(self) -> float:
         """Steady received rate (tokens 10%..end) over the modeled rate."""
