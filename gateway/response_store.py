@@ -8,9 +8,8 @@ websocket mode does), so ``remember`` says whether an item may be kept beyond it
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from .state import StateBackend, StoredResponse
+from .state.base import ResponseCache
 
 __all__ = ["ConnectionStore", "ResponseStore", "StoredResponse"]
 
@@ -43,13 +42,7 @@ class ConnectionStore(ResponseStore):
         super().__init__(shared.state)
         self.shared = shared
         self.capacity = capacity
-        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
-
-    def _keep(self, item: StoredResponse) -> None:
-        self._items[item.id] = item
-        self._items.move_to_end(item.id)
-        while len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        self._items = ResponseCache(capacity)
 
     def get(self, rid: str) -> StoredResponse | None:
         return self._items.get(rid) or self.shared.get(rid)
@@ -58,6 +51,6 @@ class ConnectionStore(ResponseStore):
         return self._items.get(rid) or await self.shared.load(rid)
 
     def remember(self, item: StoredResponse, persist: bool) -> None:
-        self._keep(item)  # kept for this connection even with store: false
+        self._items.keep(item)  # kept for this connection even with store: false
         if persist:
             self.shared.put(item)

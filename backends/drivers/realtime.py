@@ -18,7 +18,7 @@ of its next event is due, and at the end for the remainder.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..engine import DeploymentSpec
@@ -30,7 +30,34 @@ from .base import Driver, Replica
 StepCallback = Callable[["RealtimeReplica", StepResult], None]
 
 
-class TokenStream:
+class CountStream:
+    """An async iterator of token counts over ``take`` (tokens due now, 0 if none) and
+    ``ready`` (a future to await before more are due, None at the end). The gateway's hot loop
+    calls the two itself; iterating is for everyone else. Upstream (remote) streams share it."""
+
+    __slots__ = ()
+
+    def take(self) -> int:
+        raise NotImplementedError
+
+    def ready(self) -> Awaitable[None] | None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> CountStream:
+        return self
+
+    async def __anext__(self) -> int:
+        while True:
+            n = self.take()
+            if n:
+                return n
+            waiter = self.ready()
+            if waiter is None:
+                raise StopAsyncIteration
+            await waiter
+
+
+class TokenStream(CountStream):
     """The tokens of one request as they are produced: an async iterator of token counts.
 
     Each item is how many tokens are new since the previous item: a multiple of ``interval``
@@ -66,19 +93,6 @@ class TokenStream:
         # a cheap lower bound of ``due_at`` for a lag check
         self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
         self.watched_at = -1.0
-
-    def __aiter__(self) -> TokenStream:
-        return self
-
-    async def __anext__(self) -> int:
-        while True:
-            n = self.take()
-            if n:
-                return n
-            waiter = self.ready()
-            if waiter is None:
-                raise StopAsyncIteration
-            await waiter
 
     def take(self) -> int:
         """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from backends.drivers.realtime import CountStream
 from backends.scheduler import CANCELLED, DECODE, FINISHED, WAITING
 
 from ..job import Job
@@ -39,7 +40,7 @@ class UpstreamSeq:
         self.finished_at = -1.0
 
 
-class UpstreamStream:
+class UpstreamStream(CountStream):
     """Token counts of an upstream's reply as it arrives; ``cancel`` closes the connection.
 
     Speaks the engine ``TokenStream``'s protocol: each item is how many pieces are new,
@@ -88,19 +89,6 @@ class UpstreamStream:
         self._end("ok")
 
     # -- the token stream -------------------------------------------------------------------
-
-    def __aiter__(self) -> UpstreamStream:
-        return self
-
-    async def __anext__(self) -> int:
-        while True:
-            n = self.take()
-            if n:
-                return n
-            waiter = self.ready()
-            if waiter is None:
-                raise StopAsyncIteration
-            await waiter
 
     def take(self) -> int:
         """Hand out the pieces received since the last call (0 if none)."""

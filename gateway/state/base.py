@@ -32,8 +32,11 @@ Four kinds of state, each with the consistency it needs and no more:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import orjson
 
 # how a request ended (UsageRow.ended)
 COMPLETED = "completed"  # the whole reply reached the client
@@ -117,6 +120,30 @@ class StoredResponse:
     messages: list[dict[str, Any]]  # the whole conversation, the reply included
     context_tokens: int  # prompt + output tokens of that response: cached for the next turn
     body: dict[str, Any] | None = field(default=None)  # the response object, when kept
+
+    def encode(self) -> bytes:
+        """The stored form, the same in every backend."""
+        return orjson.dumps({"id": self.id, "model": self.model, "messages": self.messages,
+                             "context_tokens": self.context_tokens, "body": self.body})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> StoredResponse:
+        d = orjson.loads(raw)
+        return cls(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"))
+
+
+class ResponseCache(OrderedDict[str, StoredResponse]):
+    """The most recent responses in memory, least recently kept dropped first."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def keep(self, item: StoredResponse) -> None:
+        self[item.id] = item
+        self.move_to_end(item.id)
+        while len(self) > self.capacity:
+            self.popitem(last=False)
 
 
 class StateBackend(ABC):

@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import fields
 from typing import Any
 
@@ -35,7 +34,15 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from .base import TOTAL_FIELDS, StateBackend, StoredResponse, Take, UsageRow, UsageTotal
+from .base import (
+    TOTAL_FIELDS,
+    ResponseCache,
+    StateBackend,
+    StoredResponse,
+    Take,
+    UsageRow,
+    UsageTotal,
+)
 
 log = logging.getLogger("fastmode.state.redis")
 
@@ -67,16 +74,6 @@ def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
 
-def _encode_response(item: StoredResponse) -> bytes:
-    return orjson.dumps({"id": item.id, "model": item.model, "messages": item.messages,
-                         "context_tokens": item.context_tokens, "body": item.body})
-
-
-def _decode_response(raw: bytes) -> StoredResponse:
-    d = orjson.loads(raw)
-    return StoredResponse(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"))
-
-
 class RedisState(StateBackend):
     def __init__(self, url: str, *, prefix: str = "fastmode:", flush_interval_s: float = 0.25,
                  response_cache: int = 1024, response_ttl_s: int = 30 * 86400) -> None:
@@ -88,8 +85,7 @@ class RedisState(StateBackend):
         self._sync: redis.Redis | None = None
         self._take_sha = ""
         self._rows: list[UsageRow] = []
-        self._cache: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._cache_size = response_cache
+        self._cache = ResponseCache(response_cache)
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._responses: list[StoredResponse] = []
         self._wake = asyncio.Event()
@@ -219,14 +215,8 @@ class RedisState(StateBackend):
 
     # -- stored responses -------------------------------------------------------------------
 
-    def _remember(self, item: StoredResponse) -> None:
-        self._cache[item.id] = item
-        self._cache.move_to_end(item.id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-
     def put_response(self, item: StoredResponse) -> None:
-        self._remember(item)
+        self._cache.keep(item)
         self._responses.append(item)
         self._wake.set()  # the response writer sends it now, not at the next flush
 
@@ -245,7 +235,7 @@ class RedisState(StateBackend):
             return
         pipe = self._r.pipeline(transaction=False)
         for item in items:
-            pipe.set(self._k("resp", item.id), _encode_response(item), ex=self.response_ttl_s)
+            pipe.set(self._k("resp", item.id), item.encode(), ex=self.response_ttl_s)
         try:
             await pipe.execute()
         except Exception:
@@ -264,8 +254,8 @@ class RedisState(StateBackend):
         raw = await self._r.get(self._k("resp", rid))
         if raw is None:
             return None
-        item = _decode_response(raw if isinstance(raw, bytes) else _str(raw).encode())
-        self._remember(item)
+        item = StoredResponse.decode(raw)
+        self._cache.keep(item)
         return item
 
     async def delete_response(self, rid: str) -> bool:

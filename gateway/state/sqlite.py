@@ -17,7 +17,6 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from .base import StateBackend, StoredResponse, Take, UsageRow, UsageTotal
+from .base import ResponseCache, StateBackend, StoredResponse, Take, UsageRow, UsageTotal
 
 log = logging.getLogger("fastmode.state")
 
@@ -50,16 +49,6 @@ _SUMS = ("COUNT(*), SUM(input_tokens), SUM(cached_input_tokens), SUM(output_toke
          "SUM(reasoning_tokens), SUM(cost_usd)")
 
 
-def _encode_response(item: StoredResponse) -> bytes:
-    return orjson.dumps({"id": item.id, "model": item.model, "messages": item.messages,
-                         "context_tokens": item.context_tokens, "body": item.body})
-
-
-def _decode_response(raw: bytes) -> StoredResponse:
-    d = orjson.loads(raw)
-    return StoredResponse(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"))
-
-
 class SQLiteState(StateBackend):
     def __init__(self, path: str | Path, *, flush_interval_s: float = 0.25,
                  response_cache: int = 1024, responses_kept: int = 100_000) -> None:
@@ -70,8 +59,7 @@ class SQLiteState(StateBackend):
         self._db: sqlite3.Connection | None = None
         self._rows: list[UsageRow] = []
         self._responses: list[StoredResponse] = []
-        self._cache: OrderedDict[str, StoredResponse] = OrderedDict()
-        self._cache_size = response_cache
+        self._cache = ResponseCache(response_cache)
         self._buckets: dict[str, list[float]] = {}  # name -> [level, stamp]
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -137,7 +125,7 @@ class SQLiteState(StateBackend):
                 now = time.time()
                 db.executemany(
                     "INSERT OR REPLACE INTO responses (id, created, body) VALUES (?, ?, ?)",
-                    [(r.id, now, _encode_response(r)) for r in responses])
+                    [(r.id, now, r.encode()) for r in responses])
                 db.execute("DELETE FROM responses WHERE id IN (SELECT id FROM responses "
                            "ORDER BY created DESC LIMIT -1 OFFSET ?)", (self.responses_kept,))
             db.execute("COMMIT")
@@ -216,14 +204,8 @@ class SQLiteState(StateBackend):
 
     # -- stored responses -------------------------------------------------------------------
 
-    def _remember(self, item: StoredResponse) -> None:
-        self._cache[item.id] = item
-        self._cache.move_to_end(item.id)
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-
     def put_response(self, item: StoredResponse) -> None:
-        self._remember(item)
+        self._cache.keep(item)
         self._responses.append(item)
 
     def cached_response(self, rid: str) -> StoredResponse | None:
@@ -233,7 +215,7 @@ class SQLiteState(StateBackend):
         hit = self._cache.get(rid) or next(
             (r for r in reversed(self._responses) if r.id == rid), None)  # not yet written
         if hit is not None:
-            self._remember(hit)
+            self._cache.keep(hit)
             return hit
         if self._db is None:
             return None
@@ -246,8 +228,8 @@ class SQLiteState(StateBackend):
         raw = await self._run(query)
         if raw is None:
             return None
-        item = _decode_response(raw)
-        self._remember(item)
+        item = StoredResponse.decode(raw)
+        self._cache.keep(item)
         return item
 
     async def delete_response(self, rid: str) -> bool:
