@@ -374,19 +374,24 @@ def test_simulate_reports_the_fleet_and_the_tenants(default_spec) -> None:
 
 def loop_stretch(line: tuple[float, ...], ctx: float, n: int, steps_left: int,
                  budget: float) -> tuple[int, float, float, float]:
+    """Step by step, with the elapsed time summed without rounding drift (Neumaier's
+    compensated sum): a plain ``now += dt`` makes 80 steps of 0.025 s come to 1.9999999999999996
+    and take one step past a 2 s budget that the exact sum reaches."""
     w, c0, c1, k1, floor, fixed = line
-    now, first, dt, steps = 0.0, 0.0, 0.0, 0
+    now, comp, first, dt, steps = 0.0, 0.0, 0.0, 0.0, 0
     while steps < steps_left:
         x = c0 + c1 * ctx
         core = max(w, x) + k1 * ctx
         dt = max(core, floor) + fixed
         first = dt if steps == 0 else first
-        now += dt
+        total = now + dt
+        comp += (now - total) + dt if abs(now) >= abs(dt) else (dt - total) + now
+        now = total
         ctx += n
         steps += 1
-        if now >= budget:
+        if now + comp >= budget:
             break
-    return steps, now, first, dt
+    return steps, now + comp, first, dt
 
 
 @settings(max_examples=300, deadline=None)
