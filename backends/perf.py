@@ -27,9 +27,10 @@ produces one token, and a chunk of prompt tokens (chunked prefill) may ride alon
 - t_hops: layer-wise sharding across wafers: one hop per chip boundary.
 - t_overhead: host-side scheduler work per step.
 
-On top of the step, ``serving_steady_state`` and ``static_batch`` turn steps into what
-benchmarks measure (TTFT, inter-token latency, throughput) for a closed-loop serving benchmark
-and for a static batch. See docs/performance-model.md for every term and its source.
+On top of the step, ``serving_steady_state`` and ``static_batch`` (perf_serving.py, re-exported
+here) turn steps into what benchmarks measure (TTFT, inter-token latency, throughput) for a
+closed-loop serving benchmark and for a static batch. See docs/performance-model.md for every
+term and its source.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ class Placement:
     precision: str
     memory_utilization: float = 0.9  # share of memory the engine may use (vLLM's default 0.9)
     kv_precision: str | None = None
+    # KV bytes a decode step's attention reads per byte of KV cache it attends to. 1: every KV
+    # head read once for its whole group of query heads (FlashAttention, FlashInfer, XQA); up
+    # to heads / kv_heads when a kernel re-reads a GQA group's KV for each query head (the
+    # generic masked-MHA kernels of TensorRT-LLM before XQA). An engine property.
+    kv_read_factor: float = field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -76,6 +82,8 @@ class Placement:
                 f"memory_utilization: must be in (0, 1], got {self.memory_utilization}"
             )
         bytes_per_param(self.precision)  # validates the precision name
+        if not self.kv_read_factor >= 1:
+            raise ProfileError(f"kv_read_factor: must be >= 1, got {self.kv_read_factor}")
         if self.kv_precision is not None:
             try:
                 bytes_per_param(self.kv_precision)
@@ -184,7 +192,7 @@ class Placement:
         t_weights = self.weight_bytes_read(tokens) / bw
         t_gemm = self.gemm_seconds(tokens)
         # Decode attention: per token of context, a KV read and its FLOPs; whichever is slower.
-        kv_read_dec = decode_context_tokens * kvb / bw_kv
+        kv_read_dec = decode_context_tokens * kvb * self.kv_read_factor / bw_kv
         attn_math_dec = decode_context_tokens * attn_flops / attn_rate
         t_attn_dec = max(kv_read_dec, attn_math_dec)
         # Prefill attention: FLOPs over the attended context; the prefix's KV read once
@@ -255,7 +263,8 @@ class Placement:
         if not b:
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         _, bw_kv, _, attn_rate = self.rates()
-        k1 = max(self.kv_bytes_per_token / bw_kv, self.attention_flops_per_context_token / attn_rate)
+        k1 = max(self.kv_bytes_per_token * self.kv_read_factor / bw_kv,
+                 self.attention_flops_per_context_token / attn_rate)
         w = overlapped(b["weights_s"], b["compute_s"], self.hardware.roofline_overlap)
         w += b["attention_s"]
         fixed = b["comm_s"] + b["hops_s"] + b["overhead_s"]
@@ -308,135 +317,25 @@ def touched_expert_share(experts: int, per_token: int, tokens: int) -> float:
     return 1.0 - math.pow(1.0 - per_token / experts, tokens)
 
 
-# ------------------------------------------------------------------------------------------
-# Workloads: what benchmarks measure, from steps
-# ------------------------------------------------------------------------------------------
+# The workloads built from steps (closed-loop serving, static batches) live in perf_serving;
+# re-exported here, where callers have always found them.
+from .perf_serving import (  # noqa: E402
+    Workload,
+    batch_that_fits,
+    serving_steady_state,
+    static_batch,
+)
 
-
-@dataclass(frozen=True)
-class Workload:
-    """Steady-state figures of a workload on one replica (seconds, tokens/s)."""
-
-    running: int  # sequences in the batch at once
-    ttft_s: float  # mean time to first token, queueing included
-    itl_s: float  # mean time between two tokens of one sequence (TPOT)
-    e2e_s: float  # mean request latency
-    output_tokens_per_s: float  # aggregate over the replica
-    decode_step_s: float  # a decode step of the running batch without prefill
-    prefill_share: float  # share of steps that carry prompt tokens
-    queued: int = 0  # users waiting for a slot (closed loop beyond capacity)
-
-
-def batch_that_fits(p: Placement, wanted: int, tokens_per_seq: int, max_batch: int) -> int:
-    """Sequences of ``tokens_per_seq`` tokens of KV that run at once (at least one)."""
-    fits = p.kv_capacity_tokens // max(1, tokens_per_seq)
-    return max(1, min(wanted, max_batch, fits))
-
-
-def serving_steady_state(
-    p: Placement,
-    concurrency: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    max_batch: int = 256,
-    max_batched_tokens: int = 8192,
-) -> Workload:
-    """A closed-loop serving benchmark: ``concurrency`` users, each sending its next request
-    (``prompt_tokens`` in, ``output_tokens`` out) as soon as the previous one finished.
-
-    Continuous batching with chunked prefill, as vLLM / TensorRT-LLM / SGLang run it:
-
-    - the running batch B is the users that fit (``max_batch`` and the KV cache); the others
-      wait, and their wait is counted in TTFT (Little's law over the closed loop);
-    - prompts are packed into prefill steps of at most the token budget: u = ceil(B * prompt /
-      budget) steps per cycle (one prompt needs k = ceil(prompt / budget) of them); every such
-      step also decodes the sequences not being prefilled;
-    - a cycle (one request of every user) is n = max(output - 1 + k, u) steps: each request
-      decodes for output - 1 steps, and the prompts' steps fit in the cycle or stretch it;
-    - users that start together stay in groups: the prefill steps of the other groups fall in a
-      request's decode window, a share (u - k) / (n - k) of its steps. ITL is its mean step,
-      so the others' prompts riding along are in it; when all prompts fit one step (u = 1) the
-      users are in lockstep and ITL is pure decode;
-    - TTFT is the request's own prefill steps, any wait for the prompt queue when the prompts
-      stretch the cycle, and the hardware profile's ``request_overhead_ms`` (API server,
-      tokenizer, streaming).
-    """
-    if concurrency <= 0 or prompt_tokens <= 0 or output_tokens <= 0:
-        raise ProfileError("serving: concurrency, prompt and output tokens must be > 0")
-    b = batch_that_fits(p, concurrency, prompt_tokens + output_tokens, max_batch)
-    budget = max(1, max_batched_tokens)
-    decode_steps = max(0, output_tokens - 1)
-    k = math.ceil(prompt_tokens / budget)  # prefill steps of one prompt
-    if prompt_tokens > budget:
-        u = k * b
-        per_step = 1
-    else:
-        u = max(1, math.ceil(b * prompt_tokens / budget))
-        per_step = max(1, min(b, round(b / u)))
-    load = max(1, round(b * prompt_tokens / u))  # prompt tokens per prefill step
-    n = max(decode_steps + k, u)  # steps per cycle
-    ctx = prompt_tokens + output_tokens / 2  # mean context of a decoding sequence
-    dec = b - per_step  # sequences decoding beside a prefill step
-    done = 0 if k == 1 else (prompt_tokens - load) // 2  # a chunk mid-way through its prompt
-    pre_ctx = per_step * prefill_attention_context(max(1, load // per_step), done)
-    t_pre = p.step_seconds(dec, dec * ctx, load, pre_ctx)
-    t_dec = p.step_seconds(b, b * ctx) if decode_steps else t_pre
-    others = (u - k) / (n - k) if n > k else 0.0  # share of my decode steps carrying a prompt
-    itl = t_dec + min(1.0, max(0.0, others)) * (t_pre - t_dec) if decode_steps else t_pre
-    mean_step = (u * t_pre + (n - u) * t_dec) / n
-    queue_steps = max(0, n - decode_steps - k)  # waiting for the prompt queue
-    ttft_service = k * t_pre + queue_steps * mean_step + p.hardware.request_overhead_ms * 1e-3
-    cycle = ttft_service + decode_steps * itl
-    queued = max(0, concurrency - b)
-    wait = cycle * queued / b  # closed loop: each of C users waits for one of B slots
-    return Workload(
-        running=b,
-        ttft_s=ttft_service + wait,
-        itl_s=itl,
-        e2e_s=cycle + wait,
-        output_tokens_per_s=b * output_tokens / cycle,
-        decode_step_s=t_dec,
-        prefill_share=u / n,
-        queued=queued,
-    )
-
-
-def static_batch(
-    p: Placement,
-    batch: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    max_batched_tokens: int | None = None,
-) -> Workload:
-    """A static batch: ``batch`` requests start together, their prompts are prefilled (in one
-    step, or in steps of ``max_batched_tokens``), then every step decodes all of them until
-    they finish together (TensorRT-LLM's gptSessionBenchmark, vLLM's benchmark_latency,
-    LMDeploy's profile_generation). Throughput is batch * output / end-to-end time.
-    """
-    if batch <= 0 or prompt_tokens <= 0 or output_tokens <= 0:
-        raise ProfileError("static batch: batch, prompt and output tokens must be > 0")
-    total = batch * prompt_tokens
-    step_tokens = total if max_batched_tokens is None else max(1, max_batched_tokens)
-    ttft, done = 0.0, 0
-    while done < total:
-        c = min(step_tokens, total - done)
-        seqs = c / prompt_tokens  # whole prompts per step (fractional when chunked)
-        ttft += p.step_seconds(0, 0.0, c, seqs * prefill_attention_context(prompt_tokens, 0))
-        done += c
-    steps = max(0, output_tokens - 1)
-    # decode steps with contexts growing linearly: the mean of the first and last step is exact
-    # below the memory/compute kink and within a hair of it above
-    first = p.step_seconds(batch, batch * (prompt_tokens + 1))
-    last = p.step_seconds(batch, batch * (prompt_tokens + output_tokens - 1))
-    mid = p.step_seconds(batch, batch * (prompt_tokens + output_tokens / 2))
-    itl = (first + 4 * mid + last) / 6 if steps else 0.0  # Simpson over the stretch
-    e2e = ttft + steps * itl
-    return Workload(
-        running=batch,
-        ttft_s=ttft,
-        itl_s=itl,
-        e2e_s=e2e,
-        output_tokens_per_s=batch * output_tokens / e2e,
-        decode_step_s=mid,
-        prefill_share=0.0,
-    )
+__all__ = [
+    "ACTIVATION_BYTES",
+    "ATTENTION_PRECISION",
+    "Placement",
+    "StepTime",
+    "Workload",
+    "batch_that_fits",
+    "overlapped",
+    "prefill_attention_context",
+    "serving_steady_state",
+    "static_batch",
+    "touched_expert_share",
+]

@@ -10,7 +10,7 @@ cross-validated error <= 10%, no figure refused) are reported, not asserted.
     python bench/calibration.py            # the error tables
     python bench/calibration.py --figures  # and every figure, predicted vs measured
     python bench/calibration.py --write    # refit and write the fitted values into
-                                           # backends/data/hardware.toml
+                                           # backends/data/hardware.toml and engines.toml
     python bench/calibration.py --json     # one JSON object
 """
 
@@ -30,17 +30,22 @@ from backends.calibrate import (  # noqa: E402
     Result,
     apply_fits,
     cross_validate,
+    engine_priors,
     error_stats,
     evaluate,
     fit,
     group_stats,
+    load_engines,
     load_published,
     prior_catalog,
+    write_engines,
     write_fits,
 )
 from backends.profiles import Catalog  # noqa: E402
 
-HARDWARE_TOML = Path(__file__).resolve().parent.parent / "backends" / "data" / "hardware.toml"
+DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
+HARDWARE_TOML = DATA / "hardware.toml"
+ENGINES_TOML = DATA / "engines.toml"
 TARGET_CV_MEDIAN = 0.10
 FIT_NOTE = "fitted (bench/calibration.py --write)"
 
@@ -76,17 +81,22 @@ def main() -> int:
 
     sources, figures = load_published()
     catalog = Catalog.builtin()
+    engines = load_engines()
     t0 = time.perf_counter()
     if args.write:
         base = prior_catalog(catalog)
         gpus = [n for n, h in base.hardware.items() if h.kind == "gpu"]
         names = set(gpus) | {f.hardware for f in figures}
-        fits = fit(figures, base, hardware=names)
+        fits = fit(figures, base, hardware=names, engines=engine_priors(engines))
         write_fits(HARDWARE_TOML, fits, FIT_NOTE)
+        write_engines(ENGINES_TOML, fits.engines, FIT_NOTE)
         catalog = apply_fits(base, fits)
-        print(f"wrote the fitted values of {', '.join(sorted(fits))} into {HARDWARE_TOML}")
-    insample: list[Result] = evaluate(figures, catalog)
-    cv = cross_validate(figures, catalog).results
+        engines = fits.engines
+        print(f"wrote the fitted values of {', '.join(sorted(fits.hardware))} into "
+              f"{HARDWARE_TOML} and of the engines {', '.join(sorted(fits.engines))} into "
+              f"{ENGINES_TOML}")
+    insample: list[Result] = evaluate(figures, catalog, engines)
+    cv = cross_validate(figures, catalog, engines=engines).results
     wall = time.perf_counter() - t0
 
     def by_source(f: object) -> str:

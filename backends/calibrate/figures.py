@@ -11,7 +11,9 @@ from importlib import resources
 from typing import Any
 
 from ..perf import Placement, Workload, serving_steady_state, static_batch
+from ..perf_serving import finite_run_throughput
 from ..profiles import Catalog, ProfileError
+from .engines import Engines, engine_for, load_engines
 
 SCENARIOS = ("static", "serving")
 METRICS = ("ttft", "itl", "e2e", "throughput", "throughput_per_chip", "user_tokens_per_s")
@@ -50,6 +52,17 @@ class Figure:
     kv_precision: str | None = None
     max_batch: int = 256
     max_batched_tokens: int | None = None  # None: whole prompts in one step (static), 8192
+    # serving: lengths drawn uniformly from [length_ratio * L, L] (vLLM's random dataset with
+    # --random-range-ratio); below 1 the users' requests are desynchronised (arrivals
+    # "spread") and the model is given the mean lengths. 1: every request exactly L (lockstep).
+    length_ratio: float = 1.0
+    # serving: the engine schedules each step while the previous one runs (vLLM's
+    # --async-scheduling): a new request joins one step later
+    async_scheduling: bool = False
+    # serving: the run's requests in all, when published (its throughput is total output
+    # tokens / wall time: with lengths that vary, the ragged drain of the last requests is
+    # included; fixed lengths finish in whole waves); None: the steady state
+    requests: int | None = None
     engine: str = ""
     where: str = ""
     url: str = ""
@@ -84,6 +97,8 @@ def figure_from_dict(raw: Mapping[str, Any], index: int = 0) -> Figure:
             raise CalibrationError(f"{where}.{name}: must be > 0")
     if not fig.value > 0:
         raise CalibrationError(f"{where}.value: must be > 0")
+    if not 0 < fig.length_ratio <= 1:
+        raise CalibrationError(f"{where}.length_ratio: must be in (0, 1]")
     return fig
 
 
@@ -115,28 +130,54 @@ def load_published() -> tuple[dict[str, dict[str, Any]], list[Figure]]:
 # ------------------------------------------------------------------------------------------
 
 
-def workload(fig: Figure, catalog: Catalog) -> Workload:
-    """The model's steady state for a figure's conditions (raises ProfileError if refused)."""
-    p = Placement(
-        catalog.get_model(fig.model),
-        catalog.get_hardware(fig.hardware),
-        fig.chips,
-        fig.precision,
-        kv_precision=fig.kv_precision,
-    )
+_SHIPPED: dict[str, Engines] = {}
+
+
+def shipped_engines() -> Engines:
+    """The engine profiles of backends/data/engines.toml (read once)."""
+    if "e" not in _SHIPPED:
+        _SHIPPED["e"] = load_engines()
+    return _SHIPPED["e"]
+
+
+def workload(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> Workload:
+    """The model's steady state for a figure's conditions (raises ProfileError if refused).
+
+    ``engines``: the engine profiles (None: the shipped ones); the one covering the figure's
+    ``engine`` supplies its software terms (request and step overheads, GQA KV reads).
+    """
+    model = catalog.get_model(fig.model)
+    hw = catalog.get_hardware(fig.hardware)
+    eng = engine_for(fig.engine, shipped_engines() if engines is None else engines)
+    if eng is not None and hw.kind == "gpu":
+        hw = eng.hardware(hw)
+        read = eng.kv_read_factor(model)
+    else:
+        read = 1.0
+    p = Placement(model, hw, fig.chips, fig.precision, kv_precision=fig.kv_precision,
+                  kv_read_factor=read)
     if fig.scenario == "static":
         return static_batch(p, fig.batch, fig.prompt_tokens, fig.output_tokens,
-                            fig.max_batched_tokens)
+                            fig.max_batched_tokens, request_overhead=True)
+    lag = 1 if fig.async_scheduling else 0
+    if fig.length_ratio < 1:
+        mean = (1 + fig.length_ratio) / 2
+        return serving_steady_state(
+            p, fig.batch, max(1, round(fig.prompt_tokens * mean)),
+            max(1, round(fig.output_tokens * mean)), fig.max_batch,
+            fig.max_batched_tokens or 8192, arrivals="spread", lag_steps=lag,
+            request_overhead=True,
+        )
     return serving_steady_state(
         p, fig.batch, fig.prompt_tokens, fig.output_tokens, fig.max_batch,
-        fig.max_batched_tokens or 8192,
+        fig.max_batched_tokens or 8192, lag_steps=lag, request_overhead=True,
     )
 
 
-def predict_si(fig: Figure, catalog: Catalog) -> float | None:
+def predict_si(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> float | None:
     """The figure's metric as the model predicts it, in seconds or tokens/s; None if refused."""
     try:
-        w = workload(fig, catalog)
+        w = workload(fig, catalog, engines)
     except ProfileError:
         return None
     if fig.metric == "ttft":
@@ -145,16 +186,20 @@ def predict_si(fig: Figure, catalog: Catalog) -> float | None:
         return w.itl_s
     if fig.metric == "e2e":
         return w.e2e_s
+    tput = w.output_tokens_per_s
+    if fig.requests and fig.scenario == "serving" and fig.length_ratio < 1:
+        tput = finite_run_throughput(w, fig.requests)  # users out of step: a ragged drain
     if fig.metric == "throughput":
-        return w.output_tokens_per_s
+        return tput
     if fig.metric == "throughput_per_chip":
-        return w.output_tokens_per_s / fig.chips
+        return tput / fig.chips
     return 1.0 / w.itl_s  # user_tokens_per_s
 
 
-def predict_figure(fig: Figure, catalog: Catalog) -> float | None:
+def predict_figure(fig: Figure, catalog: Catalog,
+                   engines: Engines | None = None) -> float | None:
     """The prediction in the figure's own unit; None if the model refuses the placement."""
-    si = predict_si(fig, catalog)
+    si = predict_si(fig, catalog, engines)
     return None if si is None else si / UNITS[fig.metric][fig.unit]
 
 
@@ -169,8 +214,9 @@ class Result:
         return None if self.predicted is None else self.predicted / self.figure.value - 1.0
 
 
-def evaluate(figures: Iterable[Figure], catalog: Catalog) -> list[Result]:
-    return [Result(f, predict_figure(f, catalog)) for f in figures]
+def evaluate(figures: Iterable[Figure], catalog: Catalog,
+             engines: Engines | None = None) -> list[Result]:
+    return [Result(f, predict_figure(f, catalog, engines)) for f in figures]
 
 
 @dataclass(frozen=True)
@@ -222,5 +268,6 @@ __all__ = [
     "load_published",
     "predict_figure",
     "predict_si",
+    "shipped_engines",
     "workload",
 ]

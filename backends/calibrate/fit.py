@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..profiles import Catalog, HardwareProfile
-from .figures import CalibrationError, Figure, Result, predict_figure, predict_si
+from .engines import REFERENCE_ENGINE, EngineProfile, Engines
+from .figures import CalibrationError, Figure, predict_si
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,20 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("roofline_overlap", 0.0, 1.0, 1.0, offset=0.1),
     Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
 )}
-# Engine-level behaviour, the same on every GPU: fitted once over all GPU figures, then fixed.
-SHARED = ("gemm_min_tokens", "roofline_overlap", "request_overhead_ms")
+# An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
+ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
+    Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
+    Param("step_overhead_ms", 0.02, 15.0, 1.0),
+    Param("gqa_reread", 0.0, 1.0, 1.0, offset=0.1),
+    Param("bandwidth_scale", 0.5, 1.5, 0.15),
+    Param("compute_scale", 0.4, 2.0, 0.25),
+)}
+# Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
+SHARED = ("gemm_min_tokens", "roofline_overlap")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
+# (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "step_overhead_ms")
+CHIP_EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8")
 # Properties of the chip and its interconnect: fitted per hardware, pulled to the hand prior.
 CHIP = ("layer_latency_us", "interconnect_latency_us")
 FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
@@ -84,7 +95,6 @@ PRIORS: dict[str, dict[str, float]] = {
 GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "step_overhead_ms": 1.0,
              **_SHARED_PRIOR}
 PRIOR_WEIGHT = 0.02  # a parameter one sigma from its prior costs as much as ~2 figures 10% off
-
 
 def prior_of(hw: HardwareProfile) -> dict[str, float]:
     """The hand-set starting point of a profile: PRIORS, or the profile's own values."""
@@ -125,6 +135,13 @@ class HardwareFit:
     sweeps: int
 
 
+def param(name: str) -> Param:
+    """The Param of a fitted name: a profile field, or ``ENGINE/field`` for an engine's."""
+    if "/" in name:
+        return ENGINE_SPECS[name.rsplit("/", 1)[-1]]
+    return PARAMS[name]
+
+
 def _golden(fn: Callable[[float], float], a: float, b: float, tol: float) -> float:
     """Minimum of a unimodal-ish function on [a, b] by golden-section search."""
     g = (math.sqrt(5) - 1) / 2
@@ -162,7 +179,7 @@ def coordinate_search(
     for done in range(1, sweeps + 1):  # noqa: B007 - the count is reported
         moved = 0.0
         for name in names:
-            p = PARAMS[name]
+            p = param(name)
             x0 = p.to_x(values[name])
 
             def along(x: float, name: str = name, p: Param = p) -> float:
@@ -183,10 +200,11 @@ def _loss(
     catalog: Catalog,
     figures: Sequence[Figure],
     weights: Mapping[str, float],
+    engines: Engines | None = None,
 ) -> float:
     total = 0.0
     for f in figures:
-        pred = predict_si(f, catalog)
+        pred = predict_si(f, catalog, engines)
         r2 = REFUSED_PENALTY if pred is None or pred <= 0 else math.log(pred / f.si_value) ** 2
         total += weights[f.id] * r2
     return total
@@ -196,7 +214,7 @@ def _penalty(values: Mapping[str, float], prior: Mapping[str, float],
              names: Iterable[str], weight: float = PRIOR_WEIGHT) -> float:
     total = 0.0
     for name in names:
-        p = PARAMS[name]
+        p = param(name)
         d = (p.to_x(values[name]) - p.to_x(prior[name])) / p.sigma
         total += weight * d * d
     return total
@@ -206,34 +224,73 @@ def _uses_fp8(figures: Iterable[Figure]) -> bool:
     return any(f.precision in ("fp8", "int8") for f in figures)
 
 
+def _engine_values(engines: Engines, values: Mapping[str, float]) -> dict[str, EngineProfile]:
+    """Engines with the ``ENGINE/field`` entries of ``values`` put in."""
+    out = dict(engines)
+    for name, e in engines.items():
+        mine = {k.split("/", 1)[1]: v for k, v in values.items() if k.startswith(name + "/")}
+        if mine:
+            out[name] = e.with_values(mine)
+    return out
+
+
+def _engines_seen(figures: Iterable[Figure], engines: Engines) -> list[str]:
+    names = []
+    for name, e in engines.items():
+        if any(e.covers(f.engine) for f in figures):
+            names.append(name)
+    return names
+
+
 def fit_pooled(
     figures: Sequence[Figure],
     catalog: Catalog,
     weights: Mapping[str, float] | None = None,
     sweeps: int = 8,
-) -> dict[str, float]:
-    """One set of efficiencies and engine terms for every GPU at once (the GPU figures).
+    engines: Engines | None = None,
+) -> tuple[dict[str, float], dict[str, EngineProfile]]:
+    """One set of chip efficiencies, the shared kernel terms and every engine's terms, for
+    every GPU at once (the GPU figures).
 
     Chip-specific terms (layer floor, interconnect latency) stay at each profile's prior. The
-    result is the shared engine terms (``SHARED``) and the prior of every per-GPU fit.
+    result is the shared terms (``SHARED``), the prior of every per-GPU fit, and the engines
+    (each fitted to the figures of every source measured on it, starting from its prior).
     """
+    engines = dict(engines or {})
     gpu = [f for f in figures if catalog.get_hardware(f.hardware).kind == "gpu"]
     weights = weights if weights is not None else figure_weights(figures)
-    names = [n for n in EFFICIENCIES + SHARED if n != "mfu_fp8" or _uses_fp8(gpu)]
+    chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
+    names = [n for n in chip + SHARED if n != "mfu_fp8" or _uses_fp8(gpu)]
+    start: dict[str, float] = {k: v for k, v in GPU_PRIOR.items() if k in chip + SHARED}
+    start.update({k: v for k, v in GPU_PRIOR.items() if k not in start})
+    seen = _engines_seen(gpu, engines)
+    for e in seen:
+        for k, v in engines[e].values().items():
+            start[f"{e}/{k}"] = v
+            if k == "gqa_reread" and v == 0:
+                continue  # kernels known to read a GQA group's KV once stay so
+            if k in ("bandwidth_scale", "compute_scale") and e == REFERENCE_ENGINE:
+                continue  # the hardware profiles' efficiencies are the reference engine's
+            names.append(f"{e}/{k}")
+    prior = dict(start)
     if not gpu:
-        return dict(GPU_PRIOR)
+        return dict(GPU_PRIOR), engines
     hws = {f.hardware: prior_of(catalog.get_hardware(f.hardware)) for f in gpu}
 
     def objective(v: Mapping[str, float]) -> float:
         hw = dict(catalog.hardware)
-        for name, prior in hws.items():
-            hw[name] = with_params(hw[name], {**prior, **v})
-        return _loss(Catalog(hw, catalog.models), gpu, weights) + _penalty(v, GPU_PRIOR, names)
+        mine = {k: x for k, x in v.items() if "/" not in k}
+        for name, hand in hws.items():
+            hw[name] = with_params(hw[name], {**hand, **mine})
+        cat = Catalog(hw, catalog.models)
+        return (_loss(cat, gpu, weights, _engine_values(engines, v))
+                + _penalty(v, prior, names))
 
-    values, _, _ = coordinate_search(objective, GPU_PRIOR, names, sweeps)
+    values, _, _ = coordinate_search(objective, start, names, sweeps)
     if not _uses_fp8(gpu):
         values["mfu_fp8"] = values["mfu"]
-    return values
+    fitted = _engine_values(engines, values)
+    return {k: v for k, v in values.items() if "/" not in k}, fitted
 
 
 def fit_hardware(
@@ -245,12 +302,14 @@ def fit_hardware(
     weights: Mapping[str, float] | None = None,
     sweeps: int = 8,
     prior_weight: float = PRIOR_WEIGHT,
+    engines: Engines | None = None,
 ) -> HardwareFit:
     """Fit one hardware profile's parameters ``names`` to its figures around ``prior``.
 
     ``prior`` holds a value for every FIT_PARAMS field (those not in ``names`` are fixed at
     it). A parameter that no figure depends on stays at its prior (the pull is its only term);
-    ``prior_weight`` sets the pull (PRIOR_WEIGHT per squared sigma by default).
+    ``prior_weight`` sets the pull (PRIOR_WEIGHT per squared sigma by default). ``engines``:
+    the engine profiles the figures were measured on (None: the shipped ones).
     """
     prior = dict(prior if prior is not None else prior_of(hw))
     weights = weights if weights is not None else figure_weights(figures)
@@ -260,10 +319,29 @@ def fit_hardware(
 
     def objective(v: Mapping[str, float]) -> float:
         cat = Catalog({**catalog.hardware, hw.name: with_params(hw, v)}, catalog.models)
-        return _loss(cat, figures, weights) + _penalty(v, prior, names, prior_weight)
+        return _loss(cat, figures, weights, engines) + _penalty(v, prior, names, prior_weight)
 
     values, best, done = coordinate_search(objective, prior, names, sweeps)
     return HardwareFit(hw.name, values, prior, tuple(names), best, len(figures), done)
+
+
+@dataclass
+class Fit:
+    """The two-stage fit: every hardware profile's values and the engines'."""
+
+    hardware: dict[str, HardwareFit]
+    engines: dict[str, EngineProfile] = field(default_factory=dict)
+    gpus: frozenset[str] = frozenset()
+
+    def hardware_values(self, name: str) -> dict[str, float]:
+        """What hardware.toml gets: the profile's values, with the reference engine's
+        overheads (what ``fastmode serve`` imitates) for a GPU."""
+        values = dict(self.hardware[name].values)
+        ref = self.engines.get(REFERENCE_ENGINE)
+        if ref is not None and name in self.gpus:
+            values["request_overhead_ms"] = ref.request_overhead_ms
+            values["step_overhead_ms"] = ref.step_overhead_ms
+        return values
 
 
 def fit(
@@ -271,38 +349,52 @@ def fit(
     catalog: Catalog,
     hardware: Iterable[str] | None = None,
     sweeps: int = 8,
-) -> dict[str, HardwareFit]:
-    """The two-stage fit: pooled over all GPUs, then each hardware around the pooled values.
+    engines: Engines | None = None,
+) -> Fit:
+    """The two-stage fit: pooled over all GPUs (with the engines), then each hardware.
 
-    1. ``fit_pooled``: one set of efficiencies and engine terms for all GPU figures.
-    2. Each GPU: its efficiencies (``EFFICIENCIES``) and chip terms (``CHIP``) fitted to its
-       own figures, pulled towards the pooled efficiencies and its hand-set chip terms; the
-       engine terms (``SHARED``) stay at the pooled values. A GPU without figures of its own
-       gets the pooled values. Wafer-scale chips are fitted alone around their hand priors.
+    1. ``fit_pooled``: one set of chip efficiencies, the shared kernel terms and the engines'
+       terms (``ENGINE_PARAMS``, each engine from the figures measured on it) for all GPU
+       figures.
+    2. Each GPU: its efficiencies (``CHIP_EFFICIENCIES``) and chip terms (``CHIP``) fitted
+       to its own figures, pulled towards the pooled efficiencies and its hand-set chip terms;
+       the shared terms and the engines stay at the pooled values. A GPU without figures of
+       its own gets the pooled values. Wafer-scale chips are fitted alone around their hand
+       priors (their figures name no engine profile).
+
+    ``engines``: the engine profiles to start from (their priors, ``engine_priors``); None
+    fits the hardware alone, every figure on the hardware's own overheads (as before engines).
     """
     weights = figure_weights(figures)
-    pooled = fit_pooled(figures, catalog, weights, sweeps)
+    engines = dict(engines or {})
+    pooled, fitted_engines = fit_pooled(figures, catalog, weights, sweeps, engines)
     names = sorted({f.hardware for f in figures} if hardware is None else set(hardware))
+    chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
     out: dict[str, HardwareFit] = {}
     for name in names:
         hw = catalog.get_hardware(name)
         mine = [f for f in figures if f.hardware == name]
         hand = prior_of(hw)
         if hw.kind == "gpu":
-            prior = {**hand, **{k: pooled[k] for k in EFFICIENCIES + SHARED}}
+            prior = {**hand, **{k: pooled[k] for k in EFFICIENCIES + SHARED if k in pooled}}
         else:
             prior = hand
         if not mine:
             out[name] = HardwareFit(name, dict(prior), prior, (), 0.0, 0, 0)
             continue
-        out[name] = fit_hardware(hw, mine, catalog, prior, EFFICIENCIES + CHIP, weights, sweeps)
-    return out
+        free = chip + CHIP if hw.kind == "gpu" else EFFICIENCIES + CHIP
+        out[name] = fit_hardware(hw, mine, catalog, prior, free, weights, sweeps,
+                                 engines=fitted_engines)
+    gpus = frozenset(n for n in out if catalog.get_hardware(n).kind == "gpu")
+    return Fit(out, fitted_engines, gpus)
 
 
-def apply_fits(catalog: Catalog, fits: Mapping[str, HardwareFit]) -> Catalog:
+def apply_fits(catalog: Catalog, fits: Fit | Mapping[str, HardwareFit]) -> Catalog:
     hw = dict(catalog.hardware)
-    for name, f in fits.items():
-        hw[name] = with_params(hw[name], f.values)
+    table = fits.hardware if isinstance(fits, Fit) else fits
+    for name in table:
+        values = fits.hardware_values(name) if isinstance(fits, Fit) else table[name].values
+        hw[name] = with_params(hw[name], values)
     return Catalog(hw, catalog.models)
 
 
@@ -312,47 +404,13 @@ def prior_catalog(catalog: Catalog) -> Catalog:
     return Catalog(hw, catalog.models)
 
 
-@dataclass
-class CrossValidation:
-    results: list[Result]  # each figure predicted by the fit that did not see its source
-    folds: dict[str, dict[str, HardwareFit]] = field(default_factory=dict)
-
-
-def cross_validate(
-    figures: Sequence[Figure], catalog: Catalog, sweeps: int = 8
-) -> CrossValidation:
-    """Leave-one-source-out: for each source, fit on the others and predict its figures.
-
-    Both stages start from the hand priors every time (not from the shipped fitted values),
-    so a held-out source's figures never influence the parameters that predict them; a
-    hardware that only the held-out source measured gets the pooled GPU values.
-    """
-    base = prior_catalog(catalog)
-    by_source: dict[str, list[Figure]] = {}
-    for f in figures:
-        by_source.setdefault(f.source, []).append(f)
-    results: list[Result] = []
-    folds: dict[str, dict[str, HardwareFit]] = {}
-    for source, held in sorted(by_source.items()):
-        train = [f for f in figures if f.source != source]
-        fits = fit(train, base, hardware={f.hardware for f in held}, sweeps=sweeps)
-        folds[source] = fits
-        cat = apply_fits(base, fits)
-        results.extend(Result(f, predict_figure(f, cat)) for f in held)
-    order = {f.id: i for i, f in enumerate(figures)}
-    results.sort(key=lambda r: order[r.figure.id])
-    return CrossValidation(results, folds)
-
-
-# ------------------------------------------------------------------------------------------
-# Writing fitted values
-# ------------------------------------------------------------------------------------------
-
 __all__ = [
     "CHIP",
-    "CrossValidation",
+    "CHIP_EFFICIENCIES",
     "EFFICIENCIES",
+    "ENGINE_SPECS",
     "FIT_PARAMS",
+    "Fit",
     "GPU_PRIOR",
     "HardwareFit",
     "PARAMS",
@@ -364,11 +422,11 @@ __all__ = [
     "_uses_fp8",
     "apply_fits",
     "coordinate_search",
-    "cross_validate",
     "figure_weights",
     "fit",
     "fit_hardware",
     "fit_pooled",
+    "param",
     "prior_catalog",
     "prior_of",
     "with_params",

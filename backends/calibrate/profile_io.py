@@ -7,13 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from ..profiles import HardwareProfile
+from .engines import EngineProfile
 from .figures import CalibrationError
-from .fit import HardwareFit
+from .fit import Fit, HardwareFit
 
 FORMATS = {
     "mbu": "{:.3f}", "mbu_kv": "{:.3f}", "mfu": "{:.3f}", "mfu_fp8": "{:.3f}",
     "gemm_min_tokens": "{:.1f}", "roofline_overlap": "{:.3f}", "step_overhead_ms": "{:.3f}", "layer_latency_us": "{:.2f}",
     "interconnect_latency_us": "{:.2f}", "request_overhead_ms": "{:.2f}",
+    "gqa_reread": "{:.3f}", "bandwidth_scale": "{:.3f}", "compute_scale": "{:.3f}",
 }
 
 
@@ -73,11 +75,25 @@ def update_toml_table(text: str, table: str, values: Mapping[str, str], note: st
     return "\n".join(lines) + "\n"
 
 
-def write_fits(path: Path, fits: Mapping[str, HardwareFit], note: str) -> None:
+def write_fits(path: Path, fits: Fit | Mapping[str, HardwareFit], note: str) -> None:
+    """The fitted values of every hardware profile into hardware.toml (``path``)."""
     text = path.read_text("utf-8")
-    for name, f in sorted(fits.items()):
+    table = fits.hardware if isinstance(fits, Fit) else fits
+    for name in sorted(table):
+        values = fits.hardware_values(name) if isinstance(fits, Fit) else table[name].values
         text = update_toml_table(
-            text, name, {k: format_value(k, v) for k, v in f.values.items()}, note
+            text, name, {k: format_value(k, v) for k, v in values.items()}, note
+        )
+    path.write_text(text, "utf-8")
+
+
+def write_engines(path: Path, engines: Mapping[str, EngineProfile], note: str) -> None:
+    """The fitted terms of every engine into engines.toml (``path``), as ``[engines.NAME]``."""
+    text = path.read_text("utf-8")
+    for name, e in sorted(engines.items()):
+        text = update_toml_table(
+            text, f"engines.{name}", {k: format_value(k, v) for k, v in e.values().items()},
+            note,
         )
     path.write_text(text, "utf-8")
 
@@ -86,5 +102,6 @@ __all__ = [
     "format_value",
     "profile_fragment",
     "update_toml_table",
+    "write_engines",
     "write_fits",
 ]

@@ -237,7 +237,16 @@ def test_a_fleet_with_tenants_steps_one_by_one_as_in_closed_form() -> None:
     a = run_checked(spec, arrs, steady=True)
     b = run_checked(spec, arrs, steady=False)
     assert a["steps"] == b["steps"] and a["refused"] == b["refused"]
-    assert a["fleet"]["pools"] == b["fleet"]["pools"]
+    # the same pools; time-weighted means may differ in the last bit (sums in another order)
+    pools_a, pools_b = a["fleet"]["pools"], b["fleet"]["pools"]
+    assert pools_a.keys() == pools_b.keys()
+    for name, pool in pools_a.items():
+        assert pool.keys() == pools_b[name].keys()
+        for key, value in pool.items():
+            if isinstance(value, float):
+                assert value == pytest.approx(pools_b[name][key], rel=1e-12), (name, key)
+            else:
+                assert value == pools_b[name][key], (name, key)
     moves = sum(p["moves_in"] for p in a["fleet"]["pools"].values())
     assert moves >= 1  # the fast pool's demand grew: a replica moved (and both saw it)
     for tag, seq in a["done"].items():

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backends.config import SimConfig
+from backends.engine import build
 from backends.perf import (
     Placement,
     prefill_attention_context,
@@ -16,7 +19,11 @@ from backends.perf import (
     static_batch,
     touched_expert_share,
 )
+from backends.perf_serving import finite_run_throughput
 from backends.profiles import Catalog, ProfileError
+from backends.simulate import Workload as SimWorkload
+from backends.simulate import simulate
+from workload import LengthDist
 
 CAT = Catalog.builtin()
 
@@ -341,7 +348,9 @@ def test_one_user_sees_the_decode_step_and_a_lone_prefill():
     w = serving_steady_state(p, 1, 500, 200)
     assert w.running == 1 and w.queued == 0
     prefill = p.prefill_seconds(500, 8192)
-    assert w.ttft_s == pytest.approx(prefill + p.hardware.request_overhead_ms * 1e-3)
+    assert w.ttft_s == pytest.approx(prefill)  # what the scheduler gives: no API-server time
+    measured = serving_steady_state(p, 1, 500, 200, request_overhead=True)
+    assert measured.ttft_s == pytest.approx(prefill + p.hardware.request_overhead_ms * 1e-3)
     assert p.step_seconds(1, 501) <= w.itl_s <= p.step_seconds(1, 700)
     assert w.output_tokens_per_s == pytest.approx(200 / (w.ttft_s + 199 * w.itl_s))
 
@@ -384,7 +393,7 @@ def test_users_whose_prompts_fit_one_step_stay_in_lockstep():
     p = place("llama-3.1-8b", "h100-sxm", 1, "bf16")
     w = serving_steady_state(p, 4, 1000, 100, max_batched_tokens=8192)
     wave = p.step_seconds(0, 0, 4000, 4 * prefill_attention_context(1000, 0))
-    assert w.ttft_s == pytest.approx(wave + p.hardware.request_overhead_ms * 1e-3)
+    assert w.ttft_s == pytest.approx(wave)
     assert w.prefill_share == pytest.approx(1 / 100)
 
 
@@ -395,3 +404,108 @@ def test_static_batch_end_to_end_is_prefill_plus_decode_steps():
     assert w.e2e_s == pytest.approx(w.ttft_s + 255 * w.itl_s)
     assert w.output_tokens_per_s == pytest.approx(16 * 256 / w.e2e_s)
     assert p.step_seconds(16, 16 * 129) <= w.itl_s <= p.step_seconds(16, 16 * 383)
+
+
+# -- requests that arrive on their own (spread arrivals) ---------------------------------------
+
+
+def test_a_lone_user_in_spread_arrivals_sees_its_own_prefill():
+    p = place("llama-3.1-70b", "h100-sxm", 2, "fp8")
+    spread = serving_steady_state(p, 1, 500, 200, arrivals="spread")
+    lock = serving_steady_state(p, 1, 500, 200)
+    assert spread.ttft_s == pytest.approx(p.prefill_seconds(500, 8192))
+    assert spread.itl_s == pytest.approx(lock.itl_s)
+    assert spread.prefill_wait_s == 0
+
+
+def test_long_prompts_queue_for_each_other_as_users_are_added():
+    """Each 5,000-token prompt takes a step of its own: more users, more prefill work ahead
+    of an arriving prompt (the queue's wait grows faster than linearly)."""
+    p = place("llama-3.1-70b", "h100-sxm", 2, "fp8")
+    waits = [serving_steady_state(p, c, 5000, 500, arrivals="spread").prefill_wait_s
+             for c in (5, 25, 50)]
+    assert 0 < waits[0] < waits[1] < waits[2]
+    assert waits[2] - waits[1] > waits[1] - waits[0]
+
+
+def test_short_prompts_spread_out_do_not_wait_for_a_group():
+    """1,000-token prompts of 64 users: arriving on their own, each takes a short step; in
+    lockstep, a group's prompts share one long step."""
+    p = place("llama-3.1-8b", "h100-sxm", 1, "bf16")
+    spread = serving_steady_state(p, 64, 1000, 200, arrivals="spread")
+    lock = serving_steady_state(p, 64, 1000, 200)
+    assert spread.ttft_s < lock.ttft_s
+    assert spread.output_tokens_per_s == pytest.approx(lock.output_tokens_per_s, rel=0.1)
+
+
+def test_async_scheduling_admits_a_request_one_step_later():
+    p = place("llama-3.1-8b", "h100-sxm", 1, "bf16")
+    for arrivals in ("lockstep", "spread"):
+        now = serving_steady_state(p, 16, 1000, 200, arrivals=arrivals)
+        later = serving_steady_state(p, 16, 1000, 200, arrivals=arrivals, lag_steps=1)
+        assert later.ttft_s - now.ttft_s == pytest.approx(now.itl_s, rel=0.35)
+
+
+def test_unknown_arrivals_are_refused():
+    with pytest.raises(ProfileError, match="arrivals"):
+        serving_steady_state(PLACED[0], 1, 10, 10, arrivals="poisson")
+
+
+def test_a_finite_run_drains_half_a_cycle():
+    p = place("llama-3.1-8b", "h100-sxm", 1, "bf16")
+    w = serving_steady_state(p, 16, 1000, 200, arrivals="spread")
+    assert finite_run_throughput(w, 160) == pytest.approx(w.output_tokens_per_s * 10 / 10.5)
+    assert finite_run_throughput(w, 10**9) == pytest.approx(w.output_tokens_per_s)
+
+
+def test_a_kernel_that_rereads_gqa_groups_reads_more_kv():
+    """TensorRT-LLM's masked-MHA decode kernel before XQA read a GQA group's KV once per
+    query head: the KV term of a decode step grows by the group size, nothing else does."""
+    m, h = CAT.get_model("llama-2-70b"), CAT.get_hardware("h200")
+    once = Placement(m, h, 1, "fp8")
+    per_head = Placement(m, h, 1, "fp8", kv_read_factor=m.heads / m.kv_heads)
+    a, b = once.step(64, 64 * 2000.0), per_head.step(64, 64 * 2000.0)
+    assert b.breakdown["kv_s"] == pytest.approx(a.breakdown["kv_s"] * 8)
+    assert b.breakdown["weights_s"] == a.breakdown["weights_s"]
+    assert per_head.kv_capacity_tokens == once.kv_capacity_tokens
+    w, c0, c1, k1, floor, fixed = per_head.decode_line(64)
+    assert max(max(w, c0 + c1 * 128000) + k1 * 128000, floor) + fixed == pytest.approx(
+        per_head.step_seconds(64, 128000))
+    with pytest.raises(ProfileError, match="kv_read_factor"):
+        Placement(m, h, 1, "fp8", kv_read_factor=0.5)
+
+
+# -- the steady state against the scheduler (predict vs simulate) ------------------------------
+
+
+def _simulated(model: str, hw: str, chips: int, precision: str, users: int, prompt: int,
+               output: int, lengths: str) -> dict[str, Any]:
+    raw = {
+        "deployments": {"d": {"model": model, "hardware": hw, "chips": chips,
+                              "precision": precision, "replicas": 1, "max_batch": 256,
+                              "max_batched_tokens": 8192, "max_waiting": 100000}},
+        "tiers": {"standard": {"deployment": "d", "prices": {
+            "input": 1.0, "cached_input": 0.1, "output": 2.0}}},
+    }
+    spec = build(SimConfig.model_validate(raw))
+    wl = SimWorkload(mix={"standard": 1.0}, prompt=LengthDist(lengths, prompt),
+                     output=LengthDist(lengths, output), concurrency=users,
+                     requests=users * 12, duration=1e9, seed=3)
+    return simulate(spec, wl).tiers["standard"]
+
+
+@pytest.mark.parametrize("case", [
+    ("llama-3.1-70b", "h100-sxm", 2, "fp8", 25, 5000, 500),
+    ("llama-3.1-8b", "h100-sxm", 1, "bf16", 64, 1000, 200),
+    ("gpt-oss-120b", "h200", 2, "bf16", 64, 1024, 1024),
+])
+def test_the_steady_state_matches_the_scheduler_it_models(case: tuple[Any, ...]):
+    """`fastmode predict`'s closed loop and `fastmode simulate`'s scheduler agree on the
+    aggregate throughput within a few %: lockstep with fixed lengths, spread arrivals with
+    lengths that vary (the simulator's uniform lengths, the model given their mean)."""
+    model, hw, chips, precision, users, prompt, output = case
+    p = place(model, hw, chips, precision)
+    for lengths, arrivals in (("fixed", "lockstep"), ("uniform", "spread")):
+        sim = _simulated(model, hw, chips, precision, users, prompt, output, lengths)
+        w = serving_steady_state(p, users, prompt, output, arrivals=arrivals)
+        assert w.output_tokens_per_s == pytest.approx(sim["output_tokens_per_s"], rel=0.08)

@@ -1,0 +1,131 @@
+"""Serving engines: the software terms of a measurement, apart from the chip it ran on.
+
+A published figure was measured on an engine (TensorRT-LLM v0.6.1, NIM 1.8, vLLM 0.11.2,
+LMDeploy TurboMind...). What the engine does, not the chip, sets some terms of the model:
+
+- ``request_overhead_ms``: time to the first token besides the engine steps (API server,
+  tokenizer, detokenizer, streaming); only serving benchmarks see it;
+- ``step_overhead_ms``: host work per step (scheduler, launches not captured in a graph);
+- ``gqa_reread``: how much of a GQA group's KV a decode-attention kernel reads again for each
+  query head (0: once per group, FlashAttention / FlashInfer / XQA; 1: once per query head,
+  TensorRT-LLM's masked-MHA kernel before XQA). The placement reads
+  ``1 + gqa_reread * (heads / kv_heads - 1)`` bytes per byte of KV it attends to.
+
+An engine profile (``backends/data/engines.toml``) names the engine strings it covers
+(``match``: prefixes of a figure's ``engine``) and is fitted to every source of that engine
+(docs/calibration.md). A figure whose engine matches no profile (a user's own measurements:
+``engine = "measured"``) uses the hardware profile's own ``request_overhead_ms`` and
+``step_overhead_ms``, which are the reference engine's (``REFERENCE_ENGINE``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+from ..profiles import HardwareProfile, ModelProfile
+
+ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
+                 "compute_scale")
+REFERENCE_ENGINE = "vllm"  # the engine whose terms the hardware profiles carry (fastmode serve)
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    name: str
+    match: tuple[str, ...]  # prefixes of Figure.engine this profile covers
+    request_overhead_ms: float = 5.0
+    step_overhead_ms: float = 1.0
+    gqa_reread: float = 0.0
+    bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
+    compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
+    description: str = ""
+    sources: tuple[str, ...] = field(default=())  # documentation: where its terms come from
+
+    def values(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in ENGINE_PARAMS}
+
+    def with_values(self, values: Mapping[str, float]) -> EngineProfile:
+        changes: dict[str, Any] = {k: float(v) for k, v in values.items() if k in ENGINE_PARAMS}
+        return replace(self, **changes)
+
+    def covers(self, engine: str) -> bool:
+        return any(engine.startswith(m) for m in self.match)
+
+    def hardware(self, hw: HardwareProfile) -> HardwareProfile:
+        """``hw`` with this engine's software terms in place of the profile's own and its
+        kernels' efficiencies (the profile's scaled, at most 1)."""
+        bw, fl = self.bandwidth_scale, self.compute_scale
+        return replace(
+            hw, request_overhead_ms=self.request_overhead_ms,
+            step_overhead_ms=self.step_overhead_ms, mbu=min(1.0, hw.mbu * bw),
+            mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
+            mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),
+        )
+
+    def kv_read_factor(self, model: ModelProfile) -> float:
+        group = model.heads / model.kv_heads if model.kv_heads else 1.0
+        return 1.0 + self.gqa_reread * max(0.0, group - 1.0)
+
+
+Engines = Mapping[str, EngineProfile]
+
+
+def engines_from_toml(text: str) -> dict[str, EngineProfile]:
+    data: dict[str, Any] = tomllib.loads(text).get("engines", {})
+    out: dict[str, EngineProfile] = {}
+    for name, raw in data.items():
+        raw = dict(raw)
+        raw["match"] = tuple(raw.get("match", ()))
+        raw["sources"] = tuple(raw.get("sources", ()))
+        out[name] = EngineProfile(name=name, **raw)
+    return out
+
+
+def load_engines() -> dict[str, EngineProfile]:
+    """The engine profiles shipped in backends/data/engines.toml (fitted values)."""
+    text = resources.files("backends.data").joinpath("engines.toml").read_text("utf-8")
+    return engines_from_toml(text)
+
+
+# The engines' starting points (the values of backends/data/engines.toml before any fit, with
+# their sources there): 5 ms before the first token, 1 ms of host work per step, and a GQA
+# group's KV read once, except TensorRT-LLM before its XQA kernel (read once per query head).
+_ENGINE_PRIOR = {"request_overhead_ms": 5.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
+                 "bandwidth_scale": 1.0, "compute_scale": 1.0}
+ENGINE_PRIORS: dict[str, dict[str, float]] = {
+    "trtllm-pre-xqa": {**_ENGINE_PRIOR, "gqa_reread": 1.0},
+    "trtllm-xqa": dict(_ENGINE_PRIOR),
+    "trtllm": dict(_ENGINE_PRIOR),
+    "vllm": dict(_ENGINE_PRIOR),
+    "lmdeploy": dict(_ENGINE_PRIOR),
+}
+
+
+def engine_priors(engines: Engines) -> dict[str, EngineProfile]:
+    """The engines reset to their priors (ENGINE_PRIORS; the profile's own values otherwise)."""
+    return {n: e.with_values(ENGINE_PRIORS.get(n, e.values())) for n, e in engines.items()}
+
+
+def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
+    """The profile covering a figure's ``engine`` string, or None (the hardware's terms)."""
+    for e in (engines or {}).values():
+        if e.covers(engine):
+            return e
+    return None
+
+
+__all__ = [
+    "ENGINE_PARAMS",
+    "ENGINE_PRIORS",
+    "REFERENCE_ENGINE",
+    "EngineProfile",
+    "Engines",
+    "engine_for",
+    "engine_priors",
+    "engines_from_toml",
+    "load_engines",
+]
