@@ -8,26 +8,29 @@ way to stream here, see ``gateway.app``) with three additions, none per token:
   buffer is full; the watchdog cancels that write and the stream ends (``ended = cut``);
 * a ``cut`` fault ends the response without its last chunk, so the client sees a dropped
   connection (no terminal event, no ``[DONE]``);
-* the task writing the stream is the turn's ``writer``.
+* the task writing the stream is the turn's ``writer``;
+* token events of a reader that keeps up are written from the engine's step (``push``, see
+  ``gateway.push``), not by this response's task.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, cast
 
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .errors import APIError
 from .ids import new_id
 from .limits import check_request
 from .protocols.base import Protocol, RequestContext, parse_json
+from .push import run_now
 from .state import CUT, FAILED
 from .turn import ClientGone, Turn
 
@@ -45,10 +48,23 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 class TurnStream(StreamingResponse):
     def __init__(self, turn: Turn, headers: dict[str, str], raw_send: Send | None = None) -> None:
-        super().__init__(turn.sse(), media_type="text/event-stream",
+        super().__init__(turn.sse(self.push), media_type="text/event-stream",
                          headers={**SSE_HEADERS, **headers})
         self.turn = turn
         self.raw_send = raw_send
+        # the server's send: a coroutine function (ASGI servers define it with ``async def``)
+        self._write: Callable[[Message], Coroutine[Any, Any, None]] | None = None
+        encoder = turn.encoder
+        assert encoder is not None
+        self._tokens = encoder.sse_tokens
+
+    def push(self, start: int, count: int) -> Awaitable[None] | None:
+        """Push mode (``gateway.push``): the events of these tokens, sent from the engine's
+        step."""
+        write = self._write
+        assert write is not None
+        return run_now(write({"type": "http.response.body", "body": self._tokens(start, count),
+                              "more_body": True}))
 
     async def stream_response(self, send: Send) -> None:
         turn = self.turn
@@ -58,6 +74,7 @@ class TurnStream(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
+        self._write = cast(Callable[[Message], Coroutine[Any, Any, None]], write)
         try:
             async for chunk in self.body_iterator:
                 turn.writing_since = clock()

@@ -10,6 +10,11 @@ readers that waited for that step (and those whose first token it was): readers 
 event, never per step, and a step costs nothing for the sequences whose event is not due. A
 reader that falls behind gets every token due in one item instead of slowing the replica down.
 
+A reader can also *listen* (``TokenStream.listen``): the replica then calls it inside the step
+that makes its next event due, and the reader writes the event there and then: no future, no
+task switch, no coroutine resumed per event. The gateway streams that way while its writes
+complete at once (a reader that keeps up), and falls back to waiting when one does not.
+
 ``interval`` (a tier's ``stream_interval``, vLLM's name for the knob) is how many tokens make
 one event: a reader is woken when its next ``interval`` tokens exist, i.e. when the last token
 of its next event is due, and at the end for the remainder.
@@ -18,6 +23,7 @@ of its next event is due, and at the end for the remainder.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -26,6 +32,8 @@ from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
 from ..scheduler import CANCELLED, Scheduler, Sequence, StepResult
 from .base import Driver, Replica
+
+log = logging.getLogger("fastmode.engine")
 
 StepCallback = Callable[["RealtimeReplica", StepResult], None]
 
@@ -75,7 +83,7 @@ class TokenStream(CountStream):
     """
 
     __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
-                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1")
+                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1", "_listener")
 
     def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
                  interval: int = 1) -> None:
@@ -93,6 +101,7 @@ class TokenStream(CountStream):
         # a cheap lower bound of ``due_at`` for a lag check
         self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
         self.watched_at = -1.0
+        self._listener: Callable[[], bool] | None = None  # push mode (``listen``)
 
     def take(self) -> int:
         """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
@@ -134,6 +143,58 @@ class TokenStream(CountStream):
             want = self.delivered + self.interval
             rep.wait_for(first + (want if want < out else out) - 1, fut)
         return fut
+
+    def listen(self, callback: Callable[[], bool] | None) -> bool:
+        """Push mode: instead of a reader awaiting ``ready``, the replica calls ``callback()``
+        inside the step that produces the last token of the next event (and once if the stream
+        ends another way: cancelled, replica stopped). The callback takes the tokens (``take``)
+        and returns True to be called again at the following event, False to stop listening;
+        it must not raise. ``listen(None)`` stops. Call it after ``take`` gave nothing; False
+        if push mode cannot start (no first token yet, tokens waiting, or the stream is over):
+        the reader then waits with ``ready``."""
+        if callback is None:
+            self._listener = None
+            return True
+        if self.seq.first_step < 0 or self.over or not self._arm():
+            return False
+        self._listener = callback
+        return True
+
+    def _arm(self) -> bool:
+        """Register with the replica for the step that makes the next event due; False if that
+        step is done already (there are tokens to take)."""
+        seq, rep = self.seq, self.replica
+        out = seq.output_tokens
+        want = self.delivered + self.interval
+        index = seq.first_step + (want if want < out else out) - 1
+        if index <= rep.done_index:
+            return False
+        rep.wait_for(index, self)
+        return True
+
+    def _push(self) -> None:
+        """The replica's call at the step this stream listened for."""
+        callback = self._listener
+        if callback is None:
+            return  # stopped listening since
+        try:
+            again = callback()
+        except Exception:  # a broken listener must not stop the replica: end its stream
+            log.exception("stream listener failed")
+            self._listener = None
+            self.cancel()
+            return
+        if self._listener is not callback:
+            return  # it stopped listening itself
+        if not again or self.over or not self._arm():
+            self._listener = None
+
+    @property
+    def over(self) -> bool:
+        """No more tokens will be handed out: all were, or the stream or replica stopped."""
+        seq = self.seq
+        return (self._cancelled or self.replica.stopped or seq.state == CANCELLED
+                or self.delivered >= seq.output_tokens)
 
     # -- modeled times --------------------------------------------------------------------
 
@@ -179,7 +240,15 @@ class TokenStream(CountStream):
             self._wake()
 
     def _wake(self) -> None:
-        """End the reader's wait (it then looks again: a cancelled stream ends)."""
+        """End the reader's wait (it then looks again: a cancelled stream ends); a listener is
+        called one last time."""
+        listener = self._listener
+        if listener is not None:
+            self._listener = None
+            try:
+                listener()
+            except Exception:
+                log.exception("stream listener failed")
         fut = self._fut
         if fut is not None and not fut.done():
             fut.set_result(None)
@@ -214,11 +283,13 @@ class RealtimeReplica(Replica):
         self.done_index = -1
         self.done_end = 0.0
         self.stopped = False
-        self._at: dict[int, list[asyncio.Future[None]]] = {}  # step index -> readers due then
+        # step index -> readers due then: their futures, or listening streams (push mode)
+        self._at: dict[int, list[asyncio.Future[None] | TokenStream]] = {}
 
-    def wait_for(self, index: int, fut: asyncio.Future[None]) -> None:
-        """Resolve ``fut`` when step ``index`` is done. Each reader has its own future: a
-        reader's task cancelled while waiting cancels only its own."""
+    def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None:
+        """Resolve ``fut`` (or call a listening stream) when step ``index`` is done. Each
+        reader has its own future: a reader's task cancelled while waiting cancels only its
+        own."""
         waiters = self._at.get(index)
         if waiters is None:
             self._at[index] = [fut]
@@ -242,7 +313,9 @@ class RealtimeReplica(Replica):
         waiting, self._at = self._at, {}
         for futs in waiting.values():
             for fut in futs:
-                if not fut.done():
+                if isinstance(fut, TokenStream):
+                    fut._wake()
+                elif not fut.done():
                     fut.set_result(None)
         sched = self.scheduler
         for seq in (*sched.waiting, *sched.prefilling, *sched.decoding.values()):
@@ -287,7 +360,9 @@ class RealtimeReplica(Replica):
         futs = self._at.pop(result.index, None)
         if futs is not None:
             for fut in futs:
-                if not fut.done():
+                if isinstance(fut, TokenStream):
+                    fut._push()  # a listener writes its event now
+                elif not fut.done():
                     fut.set_result(None)
         for seq in result.first_tokens:
             stream = seq.tag

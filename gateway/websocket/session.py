@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +26,7 @@ from ..netem import NetworkModel, network_time
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.base import Frames
 from ..protocols.openai_responses import ResponsesRequest
+from ..push import run_now
 from ..response_store import ConnectionStore, ResponseStore
 from ..shutdown import Shutdown
 from ..turn import Turn, internal_error
@@ -338,7 +340,15 @@ class Session(ConnectionLife):
     async def _pump(self, turn: Turn, sid: str | None) -> None:
         turn.writer = asyncio.current_task()
         clock = asyncio.get_running_loop().time
-        events = turn.frames()
+        enc = turn.encoder
+        assert enc is not None
+        tokens = enc.frame_tokens
+
+        def push(start: int, count: int) -> Awaitable[None] | None:
+            """Push mode (``gateway.push``): these tokens' events, sent from the engine's step."""
+            return run_now(self._send(tokens(start, count), sid))
+
+        events = turn.frames(push)
         try:
             async for frames in events:
                 turn.writing_since = clock()  # the watchdog cuts a write pending too long
