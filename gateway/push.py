@@ -63,6 +63,9 @@ async def _finish(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
                 if waiting is None:
                     await asyncio.sleep(0)  # a bare yield
                 else:
+                    # the future was yielded to us, not to a task: take the hand-off a task
+                    # takes (asyncio's Task.__step clears this flag) before waiting on it
+                    waiting._asyncio_future_blocking = False
                     await waiting
             except BaseException as exc:
                 try:
