@@ -58,6 +58,31 @@ class TurnStream(StreamingResponse):
         assert encoder is not None
         self._tokens = encoder.sse_tokens
 
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Stream in this task while a second one listens for the client going away (what
+        Starlette does with an anyio task group, for a tenth of its cost per request): a
+        disconnect cancels the stream, which settles the turn as the client's cancel."""
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def listen() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        listener = asyncio.ensure_future(listen())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone or task.uncancel() > 0:
+                raise
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+        finally:
+            listener.cancel()
+
     def push(self, start: int, count: int) -> Awaitable[None] | None:
         """Push mode (``gateway.push``): the events of these tokens, sent from the engine's
         step."""
@@ -114,7 +139,7 @@ async def _disconnected(request: Request) -> None:
 
 async def prefetch(req: Any, ctx: RequestContext) -> None:
     """Load a ``previous_response_id`` from the shared state before the (sync) translation."""
-    rid = getattr(req, "previous_response_id", None)
+    rid = req.__dict__.get("previous_response_id")  # (a pydantic getattr miss is slow)
     if isinstance(rid, str) and rid:
         await ctx.store.load(rid)
 
