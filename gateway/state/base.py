@@ -14,8 +14,8 @@ Four kinds of state, each with the consistency it needs and no more:
   and output tokens of one tier) all or nothing, atomically: two concurrent requests never both
   spend the same tokens, and a request refused by one bucket spends nothing from the others.
   It runs inside admission, synchronously: the single-process backend keeps buckets in memory;
-  Redis runs one script over all the buckets (one round trip per admitted request, on the
-  event loop: ~0.1 ms on a local Redis, see ``bench/redis_state.py``). Buckets may be lost on
+  Redis runs one script over all the buckets: one round trip per request, on the event loop
+  (``bench/redis_state.py`` measures what Redis costs a request in all). Buckets may be lost on
   restart (they refill).
 * **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
   ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
