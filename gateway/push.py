@@ -5,8 +5,8 @@ a future, a task step, a coroutine chain resumed, a wait re-armed. In push mode 
 *listens* on its token stream (``backends.drivers.realtime.TokenStream.listen``): the replica
 calls it inside the step that makes its next event due, and it hands the event to the server's
 ``send`` right there. ``send`` is a coroutine that does not wait while the socket takes the
-bytes (uvicorn writes to the transport and returns); ``run_now`` runs it to its end without a
-task. The first time a write would wait (the client reads slower than the stream: the socket
+bytes (uvicorn writes to the transport and returns), so it is run to its end on the spot,
+without a task. The first time a write would wait (the client reads slower than the stream: the socket
 buffer is full) push mode ends and the turn's own task finishes that write and goes back to
 waiting for tokens (``gateway.turn``), where the lag bound and the watchdog apply as always.
 
@@ -19,7 +19,7 @@ produced its last token.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 
     from .turn import Turn
 
-Push = Callable[[int, int], Awaitable[None] | None]
-"""Send the events of tokens ``start .. start + count`` now: None once sent, else an awaitable
-that finishes the send (it had to wait)."""
+Push = Callable[[int, int], Coroutine[Any, Any, None]]
+"""The send of the events of tokens ``start .. start + count``, as a coroutine not yet started
+(the events are encoded when it is made; the send runs when it is driven)."""
 
 
 class WriteFailed(Exception):
@@ -41,22 +41,10 @@ class WriteFailed(Exception):
         self.error = error
 
 
-def run_now(coro: Coroutine[Any, Any, None]) -> Awaitable[None] | None:
-    """Run ``coro`` (a send) now, without a task: None if it ran to its end without waiting,
-    else an awaitable that runs the rest (to await before sending anything else). What the
-    send raises comes out as ``WriteFailed``."""
-    try:
-        waiting = coro.send(None)
-    except StopIteration:
-        return None
-    except Exception as exc:
-        raise WriteFailed(exc) from exc
-    return _finish(coro, waiting)
-
-
 async def _finish(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
-    """Drive a coroutine that ``run_now`` started, from the awaiting task: wait for what it
-    waits on, then resume it (an exception, a cancellation included, is thrown into it)."""
+    """Drive a send that push mode started and that had to wait (it yielded ``waiting``), from
+    the turn's task: wait for what it waits on, then resume it (an exception, a cancellation
+    included, is thrown into it). What the send raises comes out as ``WriteFailed``."""
     try:
         while True:
             try:
@@ -106,16 +94,19 @@ async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -
                         turn.lagged(lag, max_lag)
                         done.set_result(None)
                         return False
-                rest = push(start, n)
-                if rest is not None:  # the socket is full: the turn's task finishes the write
-                    done.set_result(rest)
+                send = push(start, n)  # (an encoder's failure raises here: the turn's own)
+                try:
+                    waiting = send.send(None)  # run it now: it returns while the socket takes
+                except StopIteration:
+                    if stream.delivered < stream.seq.output_tokens:
+                        return True
+                except Exception as exc:  # the transport's error, for the transport
+                    done.set_result(WriteFailed(exc))
                     return False
-                if stream.delivered < stream.seq.output_tokens:
-                    return True
+                else:  # the socket is full: the turn's task finishes this write
+                    done.set_result(_finish(send, waiting))
+                    return False
             done.set_result(None)  # the last tokens went out, or the stream ended
-            return False
-        except WriteFailed as exc:
-            done.set_result(exc)
             return False
         except Exception as exc:  # the turn's own failure (its encoder's): the turn ends it
             done.set_exception(exc)

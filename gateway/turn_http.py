@@ -30,7 +30,6 @@ from .errors import APIError
 from .ids import new_id
 from .limits import check_request
 from .protocols.base import Protocol, RequestContext, parse_json
-from .push import run_now
 from .state import CUT, FAILED
 from .turn import ClientGone, Turn
 
@@ -83,13 +82,11 @@ class TurnStream(StreamingResponse):
         finally:
             listener.cancel()
 
-    def push(self, start: int, count: int) -> Awaitable[None] | None:
-        """Push mode (``gateway.push``): the events of these tokens, sent from the engine's
-        step."""
-        write = self._write
-        assert write is not None
-        return run_now(write({"type": "http.response.body", "body": self._tokens(start, count),
-                              "more_body": True}))
+    def push(self, start: int, count: int) -> Coroutine[Any, Any, None]:
+        """Push mode (``gateway.push``): the send of these tokens' events, which the engine's
+        step runs."""
+        return self._write({"type": "http.response.body",  # type: ignore[misc]
+                            "body": self._tokens(start, count), "more_body": True})
 
     async def stream_response(self, send: Send) -> None:
         turn = self.turn

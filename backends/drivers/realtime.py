@@ -186,8 +186,11 @@ class TokenStream(CountStream):
             return
         if self._listener is not callback:
             return  # it stopped listening itself
-        if not again or self.over or not self._arm():
+        if not again:
             self._listener = None
+        elif self.over or not self._arm():  # it expects another call that will not come:
+            self._listener = None
+            callback()  # it looks once more (nothing to take) and ends
 
     @property
     def over(self) -> bool:

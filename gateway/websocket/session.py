@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,6 @@ from ..netem import NetworkModel, network_time
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.base import Frames
 from ..protocols.openai_responses import ResponsesRequest
-from ..push import run_now
 from ..response_store import ConnectionStore, ResponseStore
 from ..shutdown import Shutdown
 from ..turn import Turn, internal_error
@@ -344,9 +343,10 @@ class Session(ConnectionLife):
         assert enc is not None
         tokens = enc.frame_tokens
 
-        def push(start: int, count: int) -> Awaitable[None] | None:
-            """Push mode (``gateway.push``): these tokens' events, sent from the engine's step."""
-            return run_now(self._send(tokens(start, count), sid))
+        def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+            """Push mode (``gateway.push``): the send of these tokens' events, which the
+            engine's step runs."""
+            return self._send(tokens(start, count), sid)
 
         events = turn.frames(push)
         try:

@@ -10,24 +10,24 @@ slot is free at the end in every case.
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 
 import httpx
 import orjson
 import pytest
+from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
 
 from gateway import protocols
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.protocols.base import RequestContext
-from gateway.push import WriteFailed, run_now
+from gateway.push import WriteFailed, _finish
 from gateway.state import CUT
 from gateway.turn import Turn
-
-from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
 
 CHAT = BODIES["/v1/chat/completions"]
 
@@ -84,12 +84,14 @@ async def test_pushed_events_are_the_same_bytes_sent_when_due(app_for, interval)
     sent: list[bytes] = []
     pushes = []
 
-    def push(start: int, count: int) -> Awaitable[None] | None:
+    async def write(body: bytes) -> None:
+        sent.append(body)
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
         seq, replica = stream.seq, stream.replica
         produced = min(replica.done_index - seq.first_step + 1, seq.output_tokens)
         pushes.append((start + count, produced, stream.last_at, replica.done_end))
-        sent.append(enc.sse_tokens(start, count))
-        return None
+        return write(enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)
@@ -128,8 +130,8 @@ async def test_a_write_that_waits_hands_back_to_the_turn_and_loses_nothing(app_f
         else:
             sent.append(body)
 
-    def push(start: int, count: int) -> Awaitable[None] | None:
-        return run_now(write(enc.sse_tokens(start, count)))
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        return write(enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)
@@ -148,9 +150,9 @@ async def test_a_write_that_fails_reaches_the_transport_as_its_own_error(app_for
     async def broken(_: bytes) -> None:
         raise ConnectionResetError("peer gone")
 
-    def push(start: int, count: int) -> Awaitable[None] | None:
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
         pushed[0] += 1
-        return run_now(broken(b""))
+        return broken(b"")
 
     with pytest.raises(ConnectionResetError):
         async for _ in turn.sse(push):
@@ -168,12 +170,14 @@ async def test_an_end_while_pushing_closes_with_the_error_event(app_for) -> None
     enc = turn.encoder
     sent: list[bytes] = []
 
-    def push(start: int, count: int) -> Awaitable[None] | None:
-        sent.append(enc.sse_tokens(start, count))
+    async def write(body: bytes) -> None:
+        sent.append(body)
         if turn.job.stream.delivered >= 10:
             turn.end_with(APIError(503, "shutting down", code="shutting_down"), 503, CUT,
                           "shutdown")
-        return None
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        return write(enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)
@@ -183,14 +187,10 @@ async def test_an_end_while_pushing_closes_with_the_error_event(app_for) -> None
     assert await busy(app) == 0
 
 
-async def test_run_now_runs_a_send_to_its_end_or_hands_back_the_rest() -> None:
+async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
+    """What push mode does with a send that had to wait: the turn's task drives the rest;
+    what it raises comes out as WriteFailed; a cancellation reaches the send itself."""
     log: list[str] = []
-
-    async def quick() -> None:
-        log.append("quick")
-
-    assert run_now(quick()) is None and log == ["quick"]
-
     gate = asyncio.Event()
 
     async def waits() -> None:
@@ -198,17 +198,21 @@ async def test_run_now_runs_a_send_to_its_end_or_hands_back_the_rest() -> None:
         await gate.wait()
         log.append("after")
 
-    rest = run_now(waits())
-    assert rest is not None and log[-1] == "before"
+    send = waits()
+    waiting = send.send(None)
+    assert log == ["before"]
     asyncio.get_running_loop().call_later(0.001, gate.set)
-    await rest
+    await _finish(send, waiting)
     assert log[-1] == "after"
 
-    async def fails() -> None:
+    async def fails_later() -> None:
+        await asyncio.sleep(0)
         raise OSError("closed")
 
+    send = fails_later()
+    waiting = send.send(None)
     with pytest.raises(WriteFailed) as info:
-        run_now(fails())
+        await _finish(send, waiting)
     assert isinstance(info.value.error, OSError)
 
     closed: list[bool] = []
@@ -217,9 +221,10 @@ async def test_run_now_runs_a_send_to_its_end_or_hands_back_the_rest() -> None:
         try:
             await asyncio.Event().wait()
         finally:
-            closed.append(True)  # a cancelled wait reaches the send itself
+            closed.append(True)
 
-    task = asyncio.ensure_future(run_now(hangs()))  # type: ignore[arg-type]
+    send = hangs()
+    task = asyncio.ensure_future(_finish(send, send.send(None)))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
