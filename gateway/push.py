@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from backends.drivers.realtime import TokenStream
+    from backends.drivers.token_stream import TokenStream
 
     from .turn import Turn
 
@@ -77,36 +77,31 @@ async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -
     loop = asyncio.get_running_loop()
     clock = loop.time
     done: asyncio.Future[Any] = loop.create_future()
-    take = stream.take
+    replica = stream.replica
 
-    def due() -> bool:
-        """The replica's call: the next event's tokens exist (or the stream is over)."""
+    def due(start: int, n: int) -> bool:
+        """The replica's call, inside its step: tokens ``start .. start + n`` were taken (0:
+        the stream is over). Sent now, they are exactly on time unless the replica itself
+        runs late: its lateness is the reader's lag."""
         if done.done():
             return False
         try:
-            n = take()
             if n:
-                start = stream.delivered - n
-                now = clock()
-                if now - stream.since - turn.paused > max_lag:  # as in the turn's own loop
-                    lag = now - stream.due_at(start, n) - turn.paused
-                    if lag > max_lag:
-                        turn.lagged(lag, max_lag)
-                        done.set_result(None)
-                        return False
+                if replica.late - turn.paused > max_lag:  # as in the turn's own loop
+                    turn.lagged(replica.late - turn.paused, max_lag)
+                    done.set_result(None)
+                    return False
                 send = push(start, n)  # (an encoder's failure raises here: the turn's own)
                 try:
                     waiting = send.send(None)  # run it now: it returns while the socket takes
                 except StopIteration:
-                    if stream.delivered < stream.seq.output_tokens:
-                        return True
+                    return True
                 except Exception as exc:  # the transport's error, for the transport
                     done.set_result(WriteFailed(exc))
                     return False
-                else:  # the socket is full: the turn's task finishes this write
-                    done.set_result(_finish(send, waiting))
-                    return False
-            done.set_result(None)  # the last tokens went out, or the stream ended
+                done.set_result(_finish(send, waiting))  # the socket is full: the turn's
+                return False  # task finishes this write
+            done.set_result(None)  # the stream is over
             return False
         except Exception as exc:  # the turn's own failure (its encoder's): the turn ends it
             done.set_exception(exc)
