@@ -1,7 +1,7 @@
 """What the shared state costs per request: Redis vs the embedded SQLite default (issue #15).
 
 Per request the gateway touches the state a fixed number of times, never per token: for a key
-with request and token limits, admission peeks both buckets and takes from both (4 ``take``),
+with request and token limits, admission takes from both buckets at once (one ``take_all``),
 settlement appends one ledger row, a Responses turn stores its response, and a continuation
 reads one back (from the local cache when it was made here, else from the store). This script
 runs that sequence against each backend, in one asyncio loop as the gateway does, and reports
@@ -43,10 +43,8 @@ async def per_request(state: StateBackend, n: int, remote_reads: bool) -> tuple[
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for i in range(n):
         now = time.monotonic()
-        for amount in (0, 0):  # peek the request and token buckets
-            state.take("ratelimit|sk-bench|fast|requests", amount, 1e6 / 60, 1e6, now)
-        state.take("ratelimit|sk-bench|fast|requests", 1, 1e6 / 60, 1e6, now)
-        state.take("ratelimit|sk-bench|fast|tokens", 1200, 1e9 / 60, 1e9, now)
+        state.take_all([("ratelimit|{sk-bench|fast}|requests", 1, 1e6 / 60, 1e6),
+                        ("ratelimit|{sk-bench|fast}|tokens", 1200, 1e9 / 60, 1e9)], now)
         state.append_usage(row(i))
         state.put_response(StoredResponse(f"resp_{i}", "frontier", msgs, 1200))
         if remote_reads and i:
@@ -92,7 +90,7 @@ async def run(n: int) -> None:
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
-    print(f"\nper request ({n} requests: 4 bucket takes, 1 ledger row, 1 stored response)\n")
+    print(f"\nper request ({n} requests: 1 take of 2 buckets, 1 ledger row, 1 stored response)\n")
     print("| backend | wall us / request | CPU us / request |")
     print("|---|---|---|")
     for name, wall, cpu in rows:

@@ -15,26 +15,7 @@ from datetime import UTC, datetime
 
 from .config import ApiKey, AuthConfig
 from .errors import APIError, retry_headers
-from .state import StateBackend, Take
-
-
-@dataclass
-class Bucket:
-    capacity: float  # per minute
-    level: float
-    stamp: float
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.stamp) * self.capacity / 60.0)
-        self.stamp = now
-
-    def wait_for(self, amount: float) -> float:
-        """Seconds until ``amount`` is available."""
-        short = amount - self.level
-        return 0.0 if short <= 0 else short * 60.0 / self.capacity
-
-    def reset_in(self) -> float:
-        return (self.capacity - self.level) * 60.0 / self.capacity
+from .state import StateBackend, Take, Want, take_in_memory
 
 
 @dataclass
@@ -60,7 +41,7 @@ class Authenticator:
         self._keys = {k.key: Principal(k) for k in config.keys}
         # buckets live in the shared state (gateway.state) so several processes share limits
         self.state = state
-        self._local: dict[str, Bucket] = {}
+        self._local: dict[str, list[float]] = {}  # buckets, without a shared state
         self.on_reject = on_reject  # (status, tier) -> None: counted in /metrics
 
     def _reject(self, error: APIError, tier: str = "") -> APIError:
@@ -87,18 +68,10 @@ class Authenticator:
             ))
         return principal
 
-    def _take(self, name: str, amount: float, per_minute: float, now: float) -> Take:
-        rate = per_minute / 60.0
+    def _take_all(self, wants: list[Want], now: float) -> list[Take]:
         if self.state is not None:
-            return self.state.take(name, amount, rate, per_minute, now)
-        b = self._local.get(name)
-        if b is None:
-            b = self._local[name] = Bucket(per_minute, per_minute, now)
-        b.refill(now)
-        if amount <= b.level:
-            b.level -= amount
-            return Take(True, b.level, b.reset_in())
-        return Take(False, b.level, b.reset_in(), b.wait_for(amount))
+            return self.state.take_all(wants, now)
+        return take_in_memory(self._local, wants, now)
 
     def check(self, principal: Principal | None, tier: str, tokens: int,
               input_tokens: int | None = None, output_tokens: int = 0,
@@ -124,7 +97,9 @@ class Authenticator:
         if limit is None:
             return {}
         now = self.clock()
-        base = f"ratelimit|{key.key}|{tier}|"
+        # the braces keep a key's buckets of a tier in one Redis Cluster slot (one script
+        # takes from all of them)
+        base = f"ratelimit|{{{key.key}|{tier}}}|"
         wanted = [(kind, per, amount) for kind, per, amount in (
             ("requests", limit.requests_per_minute, 1),
             ("tokens", limit.tokens_per_minute, tokens),
@@ -132,8 +107,13 @@ class Authenticator:
              tokens if input_tokens is None else input_tokens),
             ("output-tokens", limit.output_tokens_per_minute, output_tokens),
         ) if per]
-        # peek every bucket (amount 0) so that a refusal by one spends nothing from the others
-        peek = {kind: self._take(base + kind, 0, per, now) for kind, per, _ in wanted}
+        # all or nothing, atomically: a refusal by one bucket spends nothing from the others,
+        # and two concurrent requests never both spend the last of a bucket
+        takes = self._take_all([(base + kind, amount, per / 60.0, per)
+                                for kind, per, amount in wanted], now)
+        got = {kind: t for (kind, _, _), t in zip(wanted, takes, strict=True)}
+        if all(t.allowed for t in takes):
+            return self._headers(wanted, got, fast)
         for kind, per, amount in wanted:
             if kind != "requests" and amount > per:
                 raise self._reject(APIError(
@@ -142,23 +122,18 @@ class Authenticator:
                     f"{per} per minute.",
                     code="rate_limit_exceeded",
                     type="tokens",
-                    headers=self._headers(wanted, peek, fast),
+                    headers=self._headers(wanted, got, fast),
                 ), tier)
-        waits = {kind: max(0.0, (amount - peek[kind].remaining) * 60 / per)
-                 for kind, per, amount in wanted}
-        wait = max(waits.values(), default=0.0)
-        if wait > 0:
-            kind = next(k for k, w in waits.items() if w > 0)
-            raise self._reject(APIError(
-                429,
-                f"Rate limit reached for {tier} on {kind.replace('-', ' ')} per minute. "
-                f"Please try again in {_duration(wait)}.",
-                code="rate_limit_exceeded",
-                type="requests" if kind == "requests" else "tokens",
-                headers={**self._headers(wanted, peek, fast), **retry_headers(wait)},
-            ), tier)
-        taken = {kind: self._take(base + kind, amount, per, now) for kind, per, amount in wanted}
-        return self._headers(wanted, taken, fast)
+        wait = max(t.retry_after_s for t in takes)
+        kind = next(kind for kind, t in got.items() if t.retry_after_s > 0)
+        raise self._reject(APIError(
+            429,
+            f"Rate limit reached for {tier} on {kind.replace('-', ' ')} per minute. "
+            f"Please try again in {_duration(wait)}.",
+            code="rate_limit_exceeded",
+            type="requests" if kind == "requests" else "tokens",
+            headers={**self._headers(wanted, got, fast), **retry_headers(wait)},
+        ), tier)
 
     @staticmethod
     def _headers(wanted: list[tuple[str, int, int]], takes: dict[str, Take],

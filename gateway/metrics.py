@@ -8,6 +8,7 @@ pays nothing for them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -63,6 +64,7 @@ class Metrics:
             ["tier"], buckets=LATENCY_BUCKETS, registry=r,
         )
         r.register(_ReplicaCollector(replicas))
+        self._per_tier: dict[str, tuple[Any, ...]] = {}
 
     def record(
         self,
@@ -76,18 +78,24 @@ class Metrics:
         itl: float | None = None,
     ) -> None:
         self.requests.labels(tier, str(status)).inc()
+        per = self._per_tier.get(tier)
+        if per is None:  # a tier's series, looked up once (``labels`` locks and hashes)
+            per = self._per_tier[tier] = (
+                self.prompt_tokens.labels(tier), self.cached_tokens.labels(tier),
+                self.output_tokens.labels(tier), self.cost.labels(tier),
+                self.ttft.labels(tier), self.itl.labels(tier))
         if prompt:
-            self.prompt_tokens.labels(tier).inc(prompt)
+            per[0].inc(prompt)
         if cached:
-            self.cached_tokens.labels(tier).inc(cached)
+            per[1].inc(cached)
         if output:
-            self.output_tokens.labels(tier).inc(output)
+            per[2].inc(output)
         if cost:
-            self.cost.labels(tier).inc(cost)
+            per[3].inc(cost)
         if ttft is not None:
-            self.ttft.labels(tier).observe(ttft)
+            per[4].observe(ttft)
         if itl is not None:
-            self.itl.labels(tier).observe(itl)
+            per[5].observe(itl)
 
 
 class _Gauge:

@@ -31,6 +31,7 @@ from .ids import new_id
 from .job import Job
 from .ledger import rejection_row
 from .protocols.base import Encoder, Frames, Protocol, RequestContext
+from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .state import CUT, FAILED
 
@@ -211,21 +212,26 @@ class Turn:
 
     # -- streaming ------------------------------------------------------------------------
 
-    def frames(self) -> AsyncIterator[Frames]:
+    def frames(self, push: Push | None = None) -> AsyncIterator[Frames]:
         """Opening events, token events as the engine produces them, closing events (the
-        websocket sends each event as a frame)."""
+        websocket sends each event as a frame). ``push``: the transport's way to send token
+        events from inside the engine's step (``gateway.push``), used when it can be."""
         enc = self.encoder
         assert enc is not None
-        return self._events(_same, enc.frame_tokens)
+        return self._events(_same, enc.frame_tokens, push)
 
-    def sse(self) -> AsyncIterator[bytes]:
+    def sse(self, push: Push | None = None) -> AsyncIterator[bytes]:
         """The same events as SSE bytes; token batches take the encoder's one-write path."""
         enc = self.encoder
         assert enc is not None
-        return self._events(enc.sse, enc.sse_tokens)
+        return self._events(enc.sse, enc.sse_tokens, push)
 
-    async def _events(self, frame: Callable[[Frames], Any],
-                      tokens: Callable[[int, int], Any]) -> AsyncIterator[Any]:
+    def lagged(self, lag: float, max_lag: float) -> None:
+        """The reader fell ``lag`` seconds behind the model: the stream ends (``abort``)."""
+        self.abort = self.abort or (lagging(lag, max_lag), 499, CUT, "reader_lagging")
+
+    async def _events(self, frame: Callable[[Frames], Any], tokens: Callable[[int, int], Any],
+                      push: Push | None = None) -> AsyncIterator[Any]:
         """A failure mid-stream ends with the protocol's error event; settlement happens exactly
         once however the iteration ends (finished, failed, cut, or closed early by a client
         that went away). The reader's lag is checked once per batch (one compare, no timer):
@@ -248,9 +254,17 @@ class Turn:
                 pending = None
                 yield opening
             take, ready = stream.take, stream.ready
+            if not hasattr(stream, "listen"):
+                push = None  # a remote tier's stream: its tokens come over the network
             while True:  # the engine's token stream itself, no iterator layer in between
                 n = take()
                 if not n:
+                    if (push is not None and pending is None and self.stream_fault is None
+                            and self.abort is None
+                            and await pushing(self, stream, push, max_lag)):
+                        if self.abort is not None:
+                            break
+                        continue  # push mode ended: look at the stream again
                     waiter = ready()
                     if waiter is None:
                         break
@@ -261,8 +275,7 @@ class Turn:
                 if now - stream.since - self.paused > max_lag:  # `since` bounds the due time
                     lag = now - stream.due_at(start, n) - self.paused
                     if lag > max_lag:
-                        self.abort = self.abort or (lagging(lag, max_lag), 499, CUT,
-                                                    "reader_lagging")
+                        self.lagged(lag, max_lag)
                         break
                 if pending is not None:
                     yield pending
@@ -300,6 +313,8 @@ class Turn:
             raise
         except GeneratorExit:
             raise
+        except WriteFailed as failed:  # a pushed write: the transport's own error
+            raise failed.error from None
         except Exception as exc:
             log.exception("turn %s failed while streaming", job.id)
             self.settle(500, FAILED, "internal_error")

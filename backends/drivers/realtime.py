@@ -10,6 +10,11 @@ readers that waited for that step (and those whose first token it was): readers 
 event, never per step, and a step costs nothing for the sequences whose event is not due. A
 reader that falls behind gets every token due in one item instead of slowing the replica down.
 
+A reader can also *listen* (``TokenStream.listen``): the replica then calls it inside the step
+that makes its next event due, and the reader writes the event there and then: no future, no
+task switch, no coroutine resumed per event. The gateway streams that way while its writes
+complete at once (a reader that keeps up), and falls back to waiting when one does not.
+
 ``interval`` (a tier's ``stream_interval``, vLLM's name for the knob) is how many tokens make
 one event: a reader is woken when its next ``interval`` tokens exist, i.e. when the last token
 of its next event is due, and at the end for the remainder.
@@ -18,174 +23,16 @@ of its next event is due, and at the end for the remainder.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from ..engine import DeploymentSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
-from ..scheduler import CANCELLED, Scheduler, Sequence, StepResult
+from ..scheduler import Scheduler, Sequence, StepResult
 from .base import Driver, Replica
+from .token_stream import TokenStream
 
 StepCallback = Callable[["RealtimeReplica", StepResult], None]
-
-
-class CountStream:
-    """An async iterator of token counts over ``take`` (tokens due now, 0 if none) and
-    ``ready`` (a future to await before more are due, None at the end). The gateway's hot loop
-    calls the two itself; iterating is for everyone else. Upstream (remote) streams share it."""
-
-    __slots__ = ()
-
-    def take(self) -> int:
-        raise NotImplementedError
-
-    def ready(self) -> Awaitable[None] | None:
-        raise NotImplementedError
-
-    def __aiter__(self) -> CountStream:
-        return self
-
-    async def __anext__(self) -> int:
-        while True:
-            n = self.take()
-            if n:
-                return n
-            waiter = self.ready()
-            if waiter is None:
-                raise StopAsyncIteration
-            await waiter
-
-
-class TokenStream(CountStream):
-    """The tokens of one request as they are produced: an async iterator of token counts.
-
-    Each item is how many tokens are new since the previous item: a multiple of ``interval``
-    (all the events that are due), or, at the end, the remainder. A reader that keeps up gets
-    ``interval`` at a time, when the last of them is produced. ``delivered`` counts the tokens
-    handed out; ``last_at`` and ``due_at`` give modeled times (driver clock, seconds) of the
-    last token handed out and of the moment the first event of the last item was due. Closing
-    the stream (``aclose`` or ``cancel``) cancels the request in the engine: its slot and KV are
-    free at the next step, and the reader gets no further item. ``tag`` is the caller's, from
-    ``RealtimeDriver.submit``.
-
-    Times are exact for the first and the last token of the reply and for every step the reader
-    was woken at (the common case: a reader that keeps up); between two reads of a reader that
-    fell behind they are interpolated over the steps in between (no per-step record is kept).
-    """
-
-    __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
-                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1")
-
-    def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
-                 interval: int = 1) -> None:
-        self.seq = seq
-        self.replica = replica
-        self.tag = tag
-        self.interval = interval
-        self.delivered = 0
-        self._cancelled = False
-        self._fut: asyncio.Future[None] | None = None  # what the reader waits on
-        self._first = False  # ... and it is the first token (the replica wakes it then)
-        self._i0 = self._i1 = -1  # replica step index at the previous read and at the last
-        self.since = self._t1 = 0.0  # ... and their modeled ends
-        # no event of the next item was due before ``since`` (the reader took all due ones):
-        # a cheap lower bound of ``due_at`` for a lag check
-        self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
-        self.watched_at = -1.0
-
-    def take(self) -> int:
-        """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
-        exists), or at the end the remainder; 0 if none. The hot loop (``gateway.turn``) calls
-        this and ``ready`` itself, so an item costs no coroutine of its own."""
-        seq = self.seq
-        first = seq.first_step
-        if first < 0 or self._cancelled:
-            return 0
-        out, delivered, interval = seq.output_tokens, self.delivered, self.interval
-        done = self.replica.done_index
-        produced = done - first + 1
-        if produced > out:
-            produced = out
-        n = produced - delivered
-        if n < interval and produced < out or n <= 0:
-            return 0
-        if produced < out:
-            n -= n % interval  # whole events only; the rest is not due yet
-        self.delivered = delivered + n
-        self._i0, self.since = self._i1, self._t1
-        self._i1, self._t1 = done, self.replica.done_end
-        if delivered <= self.watch < delivered + n:
-            self.watched_at = self._time(first + self.watch)
-        return n
-
-    def ready(self) -> asyncio.Future[None] | None:
-        """After ``take`` gave nothing: the future to await before tokens are due (the step
-        producing the last token of the next event; the first token's step before decoding
-        starts), or None when the stream is over (all handed out, cancelled, stopped)."""
-        seq, rep = self.seq, self.replica
-        out = seq.output_tokens
-        if self._cancelled or rep.stopped or seq.state == CANCELLED or self.delivered >= out:
-            return None
-        fut = self._fut = rep.loop.create_future()
-        first = seq.first_step
-        self._first = first < 0
-        if first >= 0:
-            want = self.delivered + self.interval
-            rep.wait_for(first + (want if want < out else out) - 1, fut)
-        return fut
-
-    # -- modeled times --------------------------------------------------------------------
-
-    def _time(self, step: int) -> float:
-        """Modeled end of replica step ``step`` among this stream's (see the class docstring)."""
-        seq = self.seq
-        if step >= self._i1:
-            return self._t1
-        if step <= seq.first_step:
-            return seq.first_token_at
-        if step == seq.first_step + seq.output_tokens - 1 and seq.finished_at >= 0:
-            return seq.finished_at
-        if step >= self._i0 >= 0:
-            lo, tlo = self._i0, self.since
-        else:
-            lo, tlo = seq.first_step, seq.first_token_at
-        return tlo + (self._t1 - tlo) * (step - lo) / (self._i1 - lo)
-
-    @property
-    def last_at(self) -> float:
-        """Modeled time of the last token handed out (-1 before the first)."""
-        if not self.delivered:
-            return -1.0
-        return self._time(self.seq.first_step + self.delivered - 1)
-
-    def token_at(self, k: int) -> float:
-        """Modeled time of token ``k`` (one already handed out)."""
-        return self._time(self.seq.first_step + k)
-
-    def due_at(self, start: int, count: int) -> float:
-        """When the first event of tokens ``start .. start + count`` was due: its last token's
-        modeled time."""
-        return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
-
-    @property
-    def finished(self) -> bool:
-        return self.delivered >= self.seq.output_tokens
-
-    def cancel(self) -> None:
-        if not self._cancelled:
-            self._cancelled = True
-            self.replica.cancel(self.seq)
-            self._wake()
-
-    def _wake(self) -> None:
-        """End the reader's wait (it then looks again: a cancelled stream ends)."""
-        fut = self._fut
-        if fut is not None and not fut.done():
-            fut.set_result(None)
-
-    async def aclose(self) -> None:
-        self.cancel()
 
 
 class RealtimeReplica(Replica):
@@ -195,8 +42,8 @@ class RealtimeReplica(Replica):
     exist (the scheduler plans a step before its end is reached, so its own step index runs one
     ahead while a step is in flight)."""
 
-    __slots__ = ("on_step", "clock", "loop", "done_index", "done_end", "stopped", "_at", "_wake",
-                 "_task")
+    __slots__ = ("on_step", "clock", "loop", "done_index", "done_end", "late", "stopped", "_at",
+                 "_wake", "_task")
 
     def __init__(
         self,
@@ -213,12 +60,15 @@ class RealtimeReplica(Replica):
         self.clock = self.loop.time
         self.done_index = -1
         self.done_end = 0.0
+        self.late = 0.0
         self.stopped = False
-        self._at: dict[int, list[asyncio.Future[None]]] = {}  # step index -> readers due then
+        # step index -> readers due then: their futures, or listening streams (push mode)
+        self._at: dict[int, list[asyncio.Future[None] | TokenStream]] = {}
 
-    def wait_for(self, index: int, fut: asyncio.Future[None]) -> None:
-        """Resolve ``fut`` when step ``index`` is done. Each reader has its own future: a
-        reader's task cancelled while waiting cancels only its own."""
+    def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None:
+        """Resolve ``fut`` (or call a listening stream) when step ``index`` is done. Each
+        reader has its own future: a reader's task cancelled while waiting cancels only its
+        own."""
         waiters = self._at.get(index)
         if waiters is None:
             self._at[index] = [fut]
@@ -242,7 +92,9 @@ class RealtimeReplica(Replica):
         waiting, self._at = self._at, {}
         for futs in waiting.values():
             for fut in futs:
-                if not fut.done():
+                if isinstance(fut, TokenStream):
+                    fut._wake()
+                elif not fut.done():
                     fut.set_result(None)
         sched = self.scheduler
         for seq in (*sched.waiting, *sched.prefilling, *sched.decoding.values()):
@@ -284,10 +136,13 @@ class RealtimeReplica(Replica):
         """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence
         whose first token this was; nothing per sequence of the batch."""
         self.done_index, self.done_end = result.index, result.end
+        self.late = self.clock() - result.end  # how far behind the model this step is served
         futs = self._at.pop(result.index, None)
         if futs is not None:
             for fut in futs:
-                if not fut.done():
+                if isinstance(fut, TokenStream):
+                    fut._push()  # a listener writes its event now
+                elif not fut.done():
                     fut.set_result(None)
         for seq in result.first_tokens:
             stream = seq.tag

@@ -6,6 +6,7 @@ matching rule wins, and it wins over tools and free text (but only right after a
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -28,4 +29,11 @@ def scripted(rule: ScriptRule, req: GenerationRequest, streams: Streams) -> Gene
         arguments = dumps(dict(rule.tool_arguments or {}))
         call = ToolCall(call_id(streams("call_id")), rule.tool_name, arguments)
         return finish_tool_call(call, req.max_tokens)
-    return finish_text(rule.reply or "", req.max_tokens, req.stop)
+    return _finished(rule.reply or "", req.max_tokens, tuple(req.stop))
+
+
+@functools.lru_cache(maxsize=256)
+def _finished(reply: str, cap: int | None, stop: tuple[str, ...]) -> Generation:
+    """A script's reply is the same text every time: tokenized once per cut (a Generation is
+    immutable, so requests share it)."""
+    return finish_text(reply, cap, stop)

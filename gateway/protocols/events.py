@@ -31,7 +31,7 @@ from backends.mockmodel import TEXT, Generation, Piece
 if TYPE_CHECKING:
     from .base import Encoder, Frames
 
-AHEAD = 32  # tokens encoded per run: a few microseconds of work before a first token
+AHEAD = 64  # tokens encoded per run: a few microseconds of work before a first token
 _RECORDS: dict[type, bool] = {}  # encoder class -> its tokens() loops on `pieces` (marks)
 
 

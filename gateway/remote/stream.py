@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from backends.drivers.realtime import CountStream
+from backends.drivers.token_stream import CountStream
 from backends.scheduler import CANCELLED, DECODE, FINISHED, WAITING
 
 from ..job import Job

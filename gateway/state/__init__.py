@@ -22,13 +22,15 @@ from .base import (
     Take,
     UsageRow,
     UsageTotal,
+    Want,
+    take_in_memory,
 )
 from .sqlite import SQLiteState
 
 __all__ = [
     "CANCELLED", "COMPLETED", "CUT", "ENDINGS", "FAILED", "REJECTED", "SHUTDOWN",
     "SQLiteState", "StateBackend", "StoredResponse", "Take", "UsageRow", "UsageTotal",
-    "open_state",
+    "Want", "open_state", "take_in_memory",
 ]
 
 

@@ -9,12 +9,14 @@ Four kinds of state, each with the consistency it needs and no more:
   at most about one second. Queries (``usage_totals``, ``usage_rows``) first flush what this
   process has buffered, so a process reads its own writes; rows of *other* processes may lag by
   their flush interval. Rows are never updated or deleted.
-* **rate-limit buckets** — ``take`` is a token bucket (``rate_per_s`` refill, ``burst``
-  capacity) and must be atomic per bucket: two concurrent takes never both spend the same
-  tokens. It runs inside admission, synchronously, so it must not do I/O: a single-process
-  backend keeps buckets in memory; a multi-process backend (Redis) serves each take from a local
-  lease of the shared bucket and renews leases in the background, so the processes together
-  may exceed a limit by at most one lease each. Buckets may be lost on restart (they refill).
+* **rate-limit buckets** — token buckets (``rate_per_s`` refill, ``burst`` capacity).
+  ``take_all`` takes an amount from each of several buckets (a key's requests, tokens, input
+  and output tokens of one tier) all or nothing, atomically: two concurrent requests never both
+  spend the same tokens, and a request refused by one bucket spends nothing from the others.
+  It runs inside admission, synchronously: the single-process backend keeps buckets in memory;
+  Redis runs one script over all the buckets: one round trip per request, on the event loop
+  (``bench/redis_state.py`` measures what Redis costs a request in all). Buckets may be lost on
+  restart (they refill).
 * **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
   ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
   ``get_response`` is async and must see every response put by any process once it is durable;
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -110,6 +113,43 @@ class Take:
     retry_after_s: float = 0.0  # when refused: seconds until the amount is available
 
 
+Want = tuple[str, float, float, float]
+"""What admission asks of one bucket: (name, amount, refill rate per s, burst)."""
+
+
+def takes_after(wants: Sequence[Want], levels: Sequence[float], taken: bool) -> list[Take]:
+    """The answer of ``take_all`` from each bucket's level after it (``taken``: every amount
+    was taken), or, refused, as it is."""
+    out = []
+    for (_, amount, rate, burst), level in zip(wants, levels, strict=True):
+        reset = (burst - level) / rate
+        if taken:
+            out.append(Take(True, level, reset))
+        else:
+            wait = 0.0 if amount <= level else (
+                (amount - level) / rate if amount <= burst else float("inf"))
+            out.append(Take(False, level, reset, wait))
+    return out
+
+
+def take_in_memory(buckets: dict[str, list[float]], wants: Sequence[Want],
+                   now: float) -> list[Take]:
+    """``take_all`` on buckets kept in this process (name -> [level, stamp])."""
+    levels = []
+    for name, _, rate, burst in wants:
+        b = buckets.get(name)
+        if b is None:
+            b = buckets[name] = [burst, now]
+        b[0] = min(burst, b[0] + max(0.0, now - b[1]) * rate)
+        b[1] = now
+        levels.append(b[0])
+    taken = all(amount <= level for (_, amount, _, _), level in zip(wants, levels, strict=True))
+    if taken:
+        for i, (name, amount, _, _) in enumerate(wants):
+            levels[i] = buckets[name][0] = levels[i] - amount
+    return takes_after(wants, levels, taken)
+
+
 @dataclass
 class StoredResponse:
     """What a later turn needs from an earlier response to continue it (and what
@@ -181,9 +221,14 @@ class StateBackend(ABC):
     # -- rate-limit buckets -----------------------------------------------------------------
 
     @abstractmethod
+    def take_all(self, wants: Sequence[Want], now: float) -> list[Take]:
+        """Take each amount from its bucket if every bucket has it, else nothing (atomically);
+        one ``Take`` per want, in order. ``now`` is monotonic s (Redis uses its own clock)."""
+
     def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
              now: float) -> Take:
-        """Take ``amount`` from ``bucket`` if available (atomically); ``now`` is monotonic s."""
+        """``take_all`` of one bucket."""
+        return self.take_all([(bucket, amount, rate_per_s, burst)], now)[0]
 
     # -- stored responses -------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -42,6 +43,8 @@ from .base import (
     Take,
     UsageRow,
     UsageTotal,
+    Want,
+    takes_after,
 )
 
 log = logging.getLogger("fastmode.state.redis")
@@ -49,20 +52,30 @@ log = logging.getLogger("fastmode.state.redis")
 _ROW_FIELDS = [f.name for f in fields(UsageRow)]
 _SEP = "\x1f"
 
-# KEYS[1] bucket; ARGV amount, rate per s, burst. Returns {allowed, level, wait} as strings.
+# KEYS: the buckets; ARGV: amount, rate per s, burst for each. All or nothing: every bucket is
+# refilled to now and, if each has its amount, all are taken. Returns {taken, level, ...}.
 _TAKE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-local amount, rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local b = redis.call('HMGET', KEYS[1], 'level', 'stamp')
-local level, stamp = tonumber(b[1]), tonumber(b[2])
-if level == nil then level, stamp = burst, now end
-level = math.min(burst, level + math.max(0, now - stamp) * rate)
-local allowed = 0
-if amount <= level then level = level - amount; allowed = 1 end
-redis.call('HSET', KEYS[1], 'level', tostring(level), 'stamp', tostring(now))
-redis.call('EXPIRE', KEYS[1], math.ceil(burst / rate) + 60)
-return {allowed, tostring(level)}
+local levels, taken = {}, 1
+for i = 1, #KEYS do
+  local amount, rate, burst = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
+  local b = redis.call('HMGET', KEYS[i], 'level', 'stamp')
+  local level, stamp = tonumber(b[1]), tonumber(b[2])
+  if level == nil then level, stamp = burst, now end
+  level = math.min(burst, level + math.max(0, now - stamp) * rate)
+  levels[i] = level
+  if amount > level then taken = 0 end
+end
+local out = {taken}
+for i = 1, #KEYS do
+  local amount, rate, burst = tonumber(ARGV[3*i-2]), tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i])
+  if taken == 1 then levels[i] = levels[i] - amount end
+  redis.call('HSET', KEYS[i], 'level', tostring(levels[i]), 'stamp', tostring(now))
+  redis.call('EXPIRE', KEYS[i], math.ceil(burst / rate) + 60)
+  out[i + 1] = tostring(levels[i])
+end
+return out
 """
 
 
@@ -197,21 +210,17 @@ class RedisState(StateBackend):
 
     # -- buckets ----------------------------------------------------------------------------
 
-    def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
-             now: float) -> Take:
+    def take_all(self, wants: Sequence[Want], now: float) -> list[Take]:
+        """One script over all the buckets: one round trip, atomic across them."""
         assert self._sync is not None, "RedisState.start() was not awaited"
+        keys = [self._k("bucket", name) for name, _, _, _ in wants]
+        args = [x for _, amount, rate, burst in wants for x in (amount, rate, burst)]
         try:
-            allowed, level_s = self._sync.evalsha(self._take_sha, 1, self._k("bucket", bucket),
-                                                  amount, rate_per_s, burst)
+            taken, *levels = self._sync.evalsha(self._take_sha, len(keys), *keys, *args)
         except redis.exceptions.NoScriptError:  # Redis restarted and forgot the script
             self._take_sha = self._sync.script_load(_TAKE)
-            return self.take(bucket, amount, rate_per_s, burst, now)
-        level = float(level_s)
-        reset = (burst - level) / rate_per_s
-        if allowed:
-            return Take(True, level, reset)
-        wait = (amount - level) / rate_per_s if amount <= burst else float("inf")
-        return Take(False, level, reset, wait)
+            return self.take_all(wants, now)
+        return takes_after(wants, [float(x) for x in levels], bool(taken))
 
     # -- stored responses -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import sqlite3
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
@@ -24,7 +25,16 @@ from typing import Any
 
 import orjson
 
-from .base import ResponseCache, StateBackend, StoredResponse, Take, UsageRow, UsageTotal
+from .base import (
+    ResponseCache,
+    StateBackend,
+    StoredResponse,
+    Take,
+    UsageRow,
+    UsageTotal,
+    Want,
+    take_in_memory,
+)
 
 log = logging.getLogger("fastmode.state")
 
@@ -187,20 +197,8 @@ class SQLiteState(StateBackend):
 
     # -- buckets ----------------------------------------------------------------------------
 
-    def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
-             now: float) -> Take:
-        b = self._buckets.get(bucket)
-        if b is None:
-            b = self._buckets[bucket] = [burst, now]
-        level = min(burst, b[0] + (now - b[1]) * rate_per_s)
-        b[1] = now
-        if amount <= level:
-            level -= amount
-            b[0] = level
-            return Take(True, level, (burst - level) / rate_per_s)
-        b[0] = level
-        wait = (amount - level) / rate_per_s if amount <= burst else float("inf")
-        return Take(False, level, (burst - level) / rate_per_s, wait)
+    def take_all(self, wants: Sequence[Want], now: float) -> list[Take]:
+        return take_in_memory(self._buckets, wants, now)
 
     # -- stored responses -------------------------------------------------------------------
 

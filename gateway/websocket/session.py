@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -338,7 +339,16 @@ class Session(ConnectionLife):
     async def _pump(self, turn: Turn, sid: str | None) -> None:
         turn.writer = asyncio.current_task()
         clock = asyncio.get_running_loop().time
-        events = turn.frames()
+        enc = turn.encoder
+        assert enc is not None
+        tokens = enc.frame_tokens
+
+        def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+            """Push mode (``gateway.push``): the send of these tokens' events, which the
+            engine's step runs."""
+            return self._send(tokens(start, count), sid)
+
+        events = turn.frames(push)
         try:
             async for frames in events:
                 turn.writing_since = clock()  # the watchdog cuts a write pending too long

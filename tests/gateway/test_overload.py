@@ -157,3 +157,54 @@ def test_a_reader_that_stops_reading_is_cut_and_its_slot_freed(server_factory) -
     finally:
         s.close()
     assert rows == []
+
+
+def _ws_frame(text: bytes) -> bytes:
+    """One masked client text frame (RFC 6455)."""
+    import os
+    mask = os.urandom(4)
+    n = len(text)
+    head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else
+                            bytes([0x80 | 126]) + n.to_bytes(2, "big"))
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(text))
+
+
+def test_a_websocket_reader_that_stops_reading_is_cut_and_its_slot_freed(
+        server_factory) -> None:
+    """The same over the Responses websocket: the socket fills, the pushed write has to wait,
+    the turn's task takes it over and the watchdog ends it; the slot is free again."""
+    text = with_keys(stream_max_lag_s=1, socket_send_buffer_bytes=16384)
+    url = server_factory(config_text=text)
+    u = urlparse(url)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((u.hostname, u.port))
+    s.sendall(b"GET /v1/responses HTTP/1.1\r\nhost: t\r\nupgrade: websocket\r\n"
+              b"connection: Upgrade\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              b"sec-websocket-version: 13\r\n\r\n")
+    s.settimeout(10)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 101")
+    s.sendall(_ws_frame(orjson.dumps({"type": "response.create", "model": "frontier-spark",
+                                      "input": "hello", "max_output_tokens": 20000,
+                                      "ignore_eos": True})))
+    try:  # read nothing more; the server must give up on us
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if 'fastmode_cancelled_total{tier="spark"} 1.0' in httpx.get(url + "/metrics").text:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the stalled websocket stream was not cut")
+        deadline = time.monotonic() + 5
+        while True:
+            running = [line for line in httpx.get(url + "/metrics").text.splitlines()
+                       if line.startswith("fastmode_replica_running{") and "spark" in line]
+            if all(line.endswith(" 0.0") for line in running):
+                break
+            assert time.monotonic() < deadline, running
+            time.sleep(0.05)
+    finally:
+        s.close()

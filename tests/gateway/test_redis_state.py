@@ -85,6 +85,30 @@ async def test_bucket_is_exact_across_processes(redis_url: str) -> None:
         await b.close()
 
 
+async def test_several_buckets_are_taken_all_or_nothing(redis_url: str) -> None:
+    """A key's requests and tokens per minute, from two processes: a request the tokens bucket
+    refuses spends nothing from the requests bucket, and together they never overspend."""
+    a, b = await two(redis_url)
+    wants = [("ratelimit|{k|fast}|requests", 1, 10 / 60, 10),
+             ("ratelimit|{k|fast}|tokens", 300, 1000 / 60, 1000)]
+    try:
+        results = [s.take_all(wants, 0.0) for _ in range(3) for s in (a, b)]
+        granted = [all(t.allowed for t in r) for r in results]
+        assert sum(granted) == 3  # 3 x 300 tokens fit in 1,000; the 4th does not
+        refused = results[granted.index(False)]
+        requests, tokens = refused
+        assert not tokens.allowed and tokens.retry_after_s > 0
+        assert requests.retry_after_s == 0  # this bucket had room: it is not why
+        # the refused requests spent nothing: 7 of 10 requests left, 100 tokens
+        left = a.take_all([(wants[0][0], 0, 10 / 60, 10), (wants[1][0], 0, 1000 / 60, 1000)],
+                          0.0)
+        assert left[0].remaining == pytest.approx(7, abs=0.1)
+        assert left[1].remaining == pytest.approx(100, abs=1)
+    finally:
+        await a.close()
+        await b.close()
+
+
 async def test_responses_usage_and_settings_are_shared(redis_url: str) -> None:
     a, b = await two(redis_url)
     try:

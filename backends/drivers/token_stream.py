@@ -1,0 +1,244 @@
+"""A request's tokens as the real-time replica produces them: ``TokenStream``.
+
+The reader side of ``backends.drivers.realtime``: a stream hands out token counts (``take``),
+gives the one future to await before more are due (``ready``), or is *listened to*
+(``listen``: push mode, the replica hands its tokens over inside the step that makes them
+due). ``CountStream`` is the iteration both this and the remote tiers' upstream streams share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..scheduler import CANCELLED, Sequence
+
+if TYPE_CHECKING:
+    from .realtime import RealtimeReplica
+
+log = logging.getLogger("fastmode.engine")
+
+
+class CountStream:
+    """An async iterator of token counts over ``take`` (tokens due now, 0 if none) and
+    ``ready`` (a future to await before more are due, None at the end). The gateway's hot loop
+    calls the two itself; iterating is for everyone else. Upstream (remote) streams share it."""
+
+    __slots__ = ()
+
+    def take(self) -> int:
+        raise NotImplementedError
+
+    def ready(self) -> Awaitable[None] | None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> CountStream:
+        return self
+
+    async def __anext__(self) -> int:
+        while True:
+            n = self.take()
+            if n:
+                return n
+            waiter = self.ready()
+            if waiter is None:
+                raise StopAsyncIteration
+            await waiter
+
+
+class TokenStream(CountStream):
+    """The tokens of one request as they are produced: an async iterator of token counts.
+
+    Each item is how many tokens are new since the previous item: a multiple of ``interval``
+    (all the events that are due), or, at the end, the remainder. A reader that keeps up gets
+    ``interval`` at a time, when the last of them is produced. ``delivered`` counts the tokens
+    handed out; ``last_at`` and ``due_at`` give modeled times (driver clock, seconds) of the
+    last token handed out and of the moment the first event of the last item was due. Closing
+    the stream (``aclose`` or ``cancel``) cancels the request in the engine: its slot and KV are
+    free at the next step, and the reader gets no further item. ``tag`` is the caller's, from
+    ``RealtimeDriver.submit``.
+
+    Times are exact for the first and the last token of the reply and for every step the reader
+    was woken at (the common case: a reader that keeps up); between two reads of a reader that
+    fell behind they are interpolated over the steps in between (no per-step record is kept).
+    """
+
+    __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
+                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1", "_listener")
+
+    def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
+                 interval: int = 1) -> None:
+        self.seq = seq
+        self.replica = replica
+        self.tag = tag
+        self.interval = interval
+        self.delivered = 0
+        self._cancelled = False
+        self._fut: asyncio.Future[None] | None = None  # what the reader waits on
+        self._first = False  # ... and it is the first token (the replica wakes it then)
+        self._i0 = self._i1 = -1  # replica step index at the previous read and at the last
+        self.since = self._t1 = 0.0  # ... and their modeled ends
+        # no event of the next item was due before ``since`` (the reader took all due ones):
+        # a cheap lower bound of ``due_at`` for a lag check
+        self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
+        self.watched_at = -1.0
+        self._listener: Callable[[int, int], bool] | None = None  # push mode (``listen``)
+
+    def take(self) -> int:
+        """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
+        exists), or at the end the remainder; 0 if none. The hot loop (``gateway.turn``) calls
+        this and ``ready`` itself, so an item costs no coroutine of its own."""
+        seq = self.seq
+        first = seq.first_step
+        if first < 0 or self._cancelled:
+            return 0
+        out, delivered, interval = seq.output_tokens, self.delivered, self.interval
+        done = self.replica.done_index
+        produced = done - first + 1
+        if produced > out:
+            produced = out
+        n = produced - delivered
+        if n < interval and produced < out or n <= 0:
+            return 0
+        if produced < out:
+            n -= n % interval  # whole events only; the rest is not due yet
+        self.delivered = delivered + n
+        self._i0, self.since = self._i1, self._t1
+        self._i1, self._t1 = done, self.replica.done_end
+        if delivered <= self.watch < delivered + n:
+            self.watched_at = self._time(first + self.watch)
+        return n
+
+    def ready(self) -> asyncio.Future[None] | None:
+        """After ``take`` gave nothing: the future to await before tokens are due (the step
+        producing the last token of the next event; the first token's step before decoding
+        starts), or None when the stream is over (all handed out, cancelled, stopped)."""
+        seq, rep = self.seq, self.replica
+        out = seq.output_tokens
+        if self._cancelled or rep.stopped or seq.state == CANCELLED or self.delivered >= out:
+            return None
+        fut = self._fut = rep.loop.create_future()
+        first = seq.first_step
+        self._first = first < 0
+        if first >= 0:
+            want = self.delivered + self.interval
+            rep.wait_for(first + (want if want < out else out) - 1, fut)
+        return fut
+
+    def listen(self, callback: Callable[[int, int], bool] | None) -> bool:
+        """Push mode: instead of a reader awaiting ``ready``, the replica takes the tokens
+        (``take``) inside the step that produces the last token of the next event and calls
+        ``callback(start, count)`` with them; ``count`` is 0 once the stream is over (all
+        handed out, cancelled, replica stopped: one last call). The callback returns True to be
+        called again, False to stop listening; it must not raise. ``listen(None)`` stops. Call
+        it after ``take`` gave nothing; False if push mode cannot start (no first token yet,
+        tokens waiting, or the stream is over): the reader then waits with ``ready``."""
+        if callback is None:
+            self._listener = None
+            return True
+        if self.seq.first_step < 0 or self.over or not self._arm():
+            return False
+        self._listener = callback
+        return True
+
+    def _arm(self) -> bool:
+        """Register with the replica for the step that makes the next event due; False if that
+        step is done already (there are tokens to take)."""
+        seq, rep = self.seq, self.replica
+        out = seq.output_tokens
+        want = self.delivered + self.interval
+        index = seq.first_step + (want if want < out else out) - 1
+        if index <= rep.done_index:
+            return False
+        rep.wait_for(index, self)
+        return True
+
+    def _push(self) -> None:
+        """The replica's call at the step this stream listened for."""
+        callback = self._listener
+        if callback is None:
+            return  # stopped listening since
+        n = self.take()
+        try:
+            again = callback(self.delivered - n, n)
+        except Exception:  # a broken listener must not stop the replica: end its stream
+            log.exception("stream listener failed")
+            self._listener = None
+            self.cancel()
+            return
+        if self._listener is not callback:
+            return  # it stopped listening itself
+        if not again:
+            self._listener = None
+        elif self.over or not self._arm():  # the stream is over (or cannot be re-armed):
+            self._listener = None
+            callback(self.delivered, 0)  # the last call
+
+    @property
+    def over(self) -> bool:
+        """No more tokens will be handed out: all were, or the stream or replica stopped."""
+        seq = self.seq
+        return (self._cancelled or self.replica.stopped or seq.state == CANCELLED
+                or self.delivered >= seq.output_tokens)
+
+    # -- modeled times --------------------------------------------------------------------
+
+    def _time(self, step: int) -> float:
+        """Modeled end of replica step ``step`` among this stream's (see the class docstring)."""
+        seq = self.seq
+        if step >= self._i1:
+            return self._t1
+        if step <= seq.first_step:
+            return seq.first_token_at
+        if step == seq.first_step + seq.output_tokens - 1 and seq.finished_at >= 0:
+            return seq.finished_at
+        if step >= self._i0 >= 0:
+            lo, tlo = self._i0, self.since
+        else:
+            lo, tlo = seq.first_step, seq.first_token_at
+        return tlo + (self._t1 - tlo) * (step - lo) / (self._i1 - lo)
+
+    @property
+    def last_at(self) -> float:
+        """Modeled time of the last token handed out (-1 before the first)."""
+        if not self.delivered:
+            return -1.0
+        return self._time(self.seq.first_step + self.delivered - 1)
+
+    def token_at(self, k: int) -> float:
+        """Modeled time of token ``k`` (one already handed out)."""
+        return self._time(self.seq.first_step + k)
+
+    def due_at(self, start: int, count: int) -> float:
+        """When the first event of tokens ``start .. start + count`` was due: its last token's
+        modeled time."""
+        return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
+
+    @property
+    def finished(self) -> bool:
+        return self.delivered >= self.seq.output_tokens
+
+    def cancel(self) -> None:
+        if not self._cancelled:
+            self._cancelled = True
+            self.replica.cancel(self.seq)
+            self._wake()
+
+    def _wake(self) -> None:
+        """End the reader's wait (it then looks again: a cancelled stream ends); a listener is
+        called one last time."""
+        listener = self._listener
+        if listener is not None:
+            self._listener = None
+            try:
+                listener(self.delivered, 0)
+            except Exception:
+                log.exception("stream listener failed")
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    async def aclose(self) -> None:
+        self.cancel()

@@ -1,0 +1,299 @@
+"""Push mode (``gateway.push``): token events written from the engine's step, in process.
+
+What must hold: the same bytes as the turn's own loop, each event handed over in the step that
+produced its last token; a write that has to wait (a slow reader) hands the stream back to the
+turn's task without losing or reordering anything; a write that fails reaches the transport as
+its own error; an early end (shutdown) still closes with the protocol's error event; and the
+slot is free at the end in every case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
+
+from gateway import protocols
+from gateway.app import create_app
+from gateway.errors import APIError
+from gateway.protocols.base import RequestContext
+from gateway.push import WriteFailed, _finish
+from gateway.state import CUT
+from gateway.turn import Turn
+
+CHAT = BODIES["/v1/chat/completions"]
+
+
+@pytest.fixture
+async def app_for(tmp_path) -> AsyncIterator[Callable]:
+    stack = []
+
+    async def make(interval: int):
+        app = create_app(config(interval, tmp_path))
+        ctx = app.router.lifespan_context(app)
+        await ctx.__aenter__()
+        stack.append(ctx)
+        return app
+
+    yield make
+    for ctx in reversed(stack):
+        await ctx.__aexit__(None, None, None)
+
+
+async def started(app, body=CHAT) -> Turn:
+    proto = protocols.ENDPOINTS["/chat/completions"]
+    turn = Turn(app.state.gateway, proto, proto.validate(body),
+                RequestContext({}, False, app.state.responses))
+    await turn.start()
+    return turn
+
+
+def text_of(chunks: list[bytes]) -> str:
+    events = sse_data(b"".join(chunks).decode())
+    return "".join(e["choices"][0]["delta"].get("content", "") for e in events
+                   if e.get("choices"))
+
+
+async def busy(app) -> int:
+    """Sequences the replicas still hold once they stepped (a cancelled one leaves its slot at
+    the next step): polled, bounded."""
+    def held() -> int:
+        return sum(r.scheduler.running for d in app.state.gateway.deployments.values()
+                   for r in d.replicas)
+    for _ in range(500):
+        if not held():
+            return 0
+        await asyncio.sleep(0.002)
+    return held()
+
+
+@pytest.mark.parametrize("interval", [1, 8])
+async def test_pushed_events_are_the_same_bytes_sent_when_due(app_for, interval) -> None:
+    app = await app_for(interval)
+    turn = await started(app)
+    stream = turn.job.stream
+    enc = turn.encoder
+    sent: list[bytes] = []
+    pushes = []
+
+    async def write(body: bytes) -> None:
+        sent.append(body)
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        seq, replica = stream.seq, stream.replica
+        produced = min(replica.done_index - seq.first_step + 1, seq.output_tokens)
+        pushes.append((start + count, produced, stream.last_at, replica.done_end))
+        return write(enc.sse_tokens(start, count))
+
+    async for chunk in turn.sse(push):
+        sent.append(chunk)
+    events = math.ceil(N_TOKENS / interval)
+    assert len(pushes) >= events - 1  # all but the first event were pushed by the engine
+    for upto, produced, last_at, step_end in pushes:
+        assert upto == produced  # handed over in the step that produced its last token
+        assert last_at == pytest.approx(step_end)
+    assert text_of(sent) == REPLY[: len(text_of(sent))] and len(text_of(sent)) > 0
+    reference = await started(app)
+    pulled = [chunk async for chunk in reference.sse()]
+    assert text_of(sent) == text_of(pulled)
+    assert sent[-1] == pulled[-1].replace(reference.job.id.encode(), turn.job.id.encode()) or \
+        b"[DONE]" in sent[-1]
+    assert turn.job.settled and turn.job.billed_output == N_TOKENS
+    assert await busy(app) == 0
+
+
+async def test_a_write_that_waits_hands_back_to_the_turn_and_loses_nothing(app_for) -> None:
+    """Every third pushed write has to wait (the socket is full): the turn's task finishes it,
+    waits for tokens itself, and pushing resumes; nothing is lost or reordered."""
+    app = await app_for(1)
+    turn = await started(app)
+    enc = turn.encoder
+    sent: list[bytes] = []
+    calls = [0]
+
+    async def slow_write(body: bytes) -> None:
+        await asyncio.sleep(0.003)
+        sent.append(body)
+
+    async def write(body: bytes) -> None:
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            await slow_write(body)
+        else:
+            sent.append(body)
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        return write(enc.sse_tokens(start, count))
+
+    async for chunk in turn.sse(push):
+        sent.append(chunk)
+    assert calls[0] >= 3
+    assert text_of(sent) == REPLY[: len(text_of(sent))]
+    assert turn.job.billed_output == N_TOKENS
+    assert b"[DONE]" in sent[-1]
+    assert await busy(app) == 0
+
+
+async def test_a_write_that_fails_reaches_the_transport_as_its_own_error(app_for) -> None:
+    app = await app_for(1)
+    turn = await started(app)
+    pushed = [0]
+
+    async def broken(_: bytes) -> None:
+        raise ConnectionResetError("peer gone")
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        pushed[0] += 1
+        return broken(b"")
+
+    with pytest.raises(ConnectionResetError):
+        async for _ in turn.sse(push):
+            pass
+    assert pushed[0] == 1
+    assert turn.job.settled  # exactly once, as a client gone
+    assert await busy(app) == 0
+
+
+async def test_an_end_while_pushing_closes_with_the_error_event(app_for) -> None:
+    """A graceful shutdown (``end_with``) cancels the job while the engine pushes: the stream
+    closes with Chat's error event, billed for the tokens sent."""
+    app = await app_for(1)
+    turn = await started(app)
+    enc = turn.encoder
+    sent: list[bytes] = []
+
+    async def write(body: bytes) -> None:
+        sent.append(body)
+        if turn.job.stream.delivered >= 10:
+            turn.end_with(APIError(503, "shutting down", code="shutting_down"), 503, CUT,
+                          "shutdown")
+
+    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+        return write(enc.sse_tokens(start, count))
+
+    async for chunk in turn.sse(push):
+        sent.append(chunk)
+    last = orjson.loads(sent[-1].split(b"data: ")[1])
+    assert last["error"]["code"] == "shutting_down"
+    assert 10 <= turn.job.billed_output < N_TOKENS
+    assert await busy(app) == 0
+
+
+async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
+    """What push mode does with a send that had to wait: the turn's task drives the rest;
+    what it raises comes out as WriteFailed; a cancellation reaches the send itself."""
+    log: list[str] = []
+    gate = asyncio.Event()
+
+    async def waits() -> None:
+        log.append("before")
+        await gate.wait()
+        log.append("after")
+
+    send = waits()
+    waiting = send.send(None)
+    assert log == ["before"]
+    asyncio.get_running_loop().call_later(0.001, gate.set)
+    await _finish(send, waiting)
+    assert log[-1] == "after"
+
+    async def fails_later() -> None:
+        await asyncio.sleep(0)
+        raise OSError("closed")
+
+    send = fails_later()
+    waiting = send.send(None)
+    with pytest.raises(WriteFailed) as info:
+        await _finish(send, waiting)
+    assert isinstance(info.value.error, OSError)
+
+    closed: list[bool] = []
+
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            closed.append(True)
+
+    send = hangs()
+    task = asyncio.ensure_future(_finish(send, send.send(None)))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert closed == [True]
+
+
+def test_the_real_server_path_pushes_over_http(tmp_path) -> None:
+    """Through the app and its ASGI send: the reply arrives whole, in order, one event per
+    token (the engine wrote all but the first)."""
+
+    async def main() -> str:
+        app = create_app(config(1, tmp_path))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                r = await client.post("/v1/chat/completions", json=CHAT)
+                assert await busy(app) == 0
+                return r.text
+
+    text = asyncio.run(main())
+    events = sse_data(text)
+    deltas = [e["choices"][0]["delta"]["content"] for e in events
+              if e.get("choices") and "content" in e["choices"][0]["delta"]
+              and "role" not in e["choices"][0]["delta"]]
+    assert len(deltas) == N_TOKENS and "".join(deltas) == REPLY[: len("".join(deltas))]
+
+
+def test_a_reader_that_pauses_gets_the_whole_stream_over_a_real_socket(server_factory) -> None:
+    """A real server and a reader that stops reading for 0.4 s (the socket fills, a pushed
+    write has to wait, the turn's task takes over), then reads on: every token arrives, in
+    order, the stream completes, and the ledger bills it once as completed."""
+    from urllib.parse import urlparse
+
+    from configs import with_keys
+
+    url = server_factory(config_text=with_keys(stream_max_lag_s=5,
+                                               socket_send_buffer_bytes=16384))
+    u = urlparse(url)
+
+    def spark_usage() -> tuple[int, int]:
+        rows = [r for r in httpx.get(url + "/v1/usage").json()["data"] if r["tier"] == "spark"]
+        return sum(r["requests"] for r in rows), sum(r["output_tokens"] for r in rows)
+
+    before = spark_usage()
+    body = orjson.dumps({"model": "frontier-spark", "messages": [{"role": "user",
+                         "content": "push test"}], "max_tokens": 1500, "stream": True,
+                         "ignore_eos": True, "stream_options": {"include_usage": True}})
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((u.hostname, u.port))
+    s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\nconnection: close\r\n"
+              b"content-type: application/json\r\ncontent-length: "
+              + str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(0.4)  # the reader pauses: the server's writes have to wait
+    s.settimeout(20)
+    raw = b""
+    while chunk := s.recv(65536):
+        raw += chunk
+    s.close()
+    events = [orjson.loads(line[6:]) for line in raw.split(b"\n")
+              if line.startswith(b"data: {")]
+    deltas = [e["choices"][0]["delta"]["content"] for e in events
+              if e.get("choices") and "content" in e["choices"][0]["delta"]
+              and "role" not in e["choices"][0]["delta"]]
+    usage = next(e["usage"] for e in events if e.get("usage"))
+    assert len(deltas) == usage["completion_tokens"] == 1500
+    assert b"data: [DONE]" in raw
+    deadline = time.monotonic() + 10  # the ledger is written off the hot path
+    while (after := spark_usage()) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 1500)
