@@ -2,13 +2,14 @@
 
 A reader that keeps up spends most of its cost per event not on its bytes but on being woken:
 a future, a task step, a coroutine chain resumed, a wait re-armed. In push mode the turn
-*listens* on its token stream (``backends.drivers.realtime.TokenStream.listen``): the replica
-calls it inside the step that makes its next event due, and it hands the event to the server's
-``send`` right there. ``send`` is a coroutine that does not wait while the socket takes the
-bytes (uvicorn writes to the transport and returns), so it is run to its end on the spot,
-without a task. The first time a write would wait (the client reads slower than the stream: the socket
-buffer is full) push mode ends and the turn's own task finishes that write and goes back to
-waiting for tokens (``gateway.turn``), where the lag bound and the watchdog apply as always.
+*listens* on its token stream (``backends.drivers.token_stream.TokenStream.listen``): the
+replica takes the tokens inside the step that makes the next event due and hands them to the
+turn, which encodes the event and gives it to the server's ``send`` right there. ``send`` is a
+coroutine that does not wait while the socket takes the bytes (uvicorn writes to the transport
+and returns), so it is run to its end on the spot, without a task. The first time a write
+would wait (the client reads slower than the stream: the socket buffer is full) push mode ends:
+the turn's own task finishes that write (``finish_send``) and goes back to waiting for tokens
+(``gateway.turn``), where the lag bound and the watchdog apply as always.
 
 Push mode is used for token events only, while no mid-stream fault is pending; the opening,
 the closing, faults, errors and remote tiers (whose tokens arrive over the network) stay on the
@@ -41,7 +42,7 @@ class WriteFailed(Exception):
         self.error = error
 
 
-async def _finish(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+async def finish_send(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
     """Drive a send that push mode started and that had to wait (it yielded ``waiting``), from
     the turn's task: wait for what it waits on, then resume it (an exception, a cancellation
     included, is thrown into it). What the send raises comes out as ``WriteFailed``."""
@@ -99,7 +100,7 @@ async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -
                 except Exception as exc:  # the transport's error, for the transport
                     done.set_result(WriteFailed(exc))
                     return False
-                done.set_result(_finish(send, waiting))  # the socket is full: the turn's
+                done.set_result(finish_send(send, waiting))  # the socket is full: the turn's
                 return False  # task finishes this write
             done.set_result(None)  # the stream is over
             return False

@@ -25,7 +25,7 @@ from gateway import protocols
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.protocols.base import RequestContext
-from gateway.push import WriteFailed, _finish
+from gateway.push import WriteFailed, finish_send
 from gateway.state import CUT
 from gateway.turn import Turn
 
@@ -202,7 +202,7 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
     waiting = send.send(None)
     assert log == ["before"]
     asyncio.get_running_loop().call_later(0.001, gate.set)
-    await _finish(send, waiting)
+    await finish_send(send, waiting)
     assert log[-1] == "after"
 
     async def fails_later() -> None:
@@ -212,7 +212,7 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
     send = fails_later()
     waiting = send.send(None)
     with pytest.raises(WriteFailed) as info:
-        await _finish(send, waiting)
+        await finish_send(send, waiting)
     assert isinstance(info.value.error, OSError)
 
     closed: list[bool] = []
@@ -224,7 +224,7 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
             closed.append(True)
 
     send = hangs()
-    task = asyncio.ensure_future(_finish(send, send.send(None)))
+    task = asyncio.ensure_future(finish_send(send, send.send(None)))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
