@@ -170,16 +170,13 @@ async def sweep(servers: list[Server], key: str, proto: Proto, tokens: int, inte
             if not row["held"] and n >= ref:
                 going.remove(server)
         if n == ref and repeat > 1:  # CPU per token where it is compared: the median of
+            runs = {s.name: [rows[s.name][n]["cpu_us_per_token"]] for s in servers}
             for _ in range(repeat - 1):  # `repeat` runs, the servers in turn each time
                 for server in servers:
                     again = await server.level(key, proto, n, tokens, interval)
-                    rows[server.name][n].setdefault("cpu_runs", [
-                        rows[server.name][n]["cpu_us_per_token"]]).append(
-                        again["cpu_us_per_token"])
+                    runs[server.name].append(again["cpu_us_per_token"])
             for server in servers:
-                row = rows[server.name][n]
-                row["cpu_us_per_token"] = statistics.median(row.get("cpu_runs", [
-                    row["cpu_us_per_token"]]))
+                rows[server.name][n]["cpu_us_per_token"] = statistics.median(runs[server.name])
     out = {}
     for name, levels in rows.items():
         held = [r for r in levels.values() if r["held"]]
