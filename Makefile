@@ -25,7 +25,7 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15  # two workers, a test file each at a time
 
 # The docker-compose topology without Docker: docker-compose.yml's services as local processes
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a

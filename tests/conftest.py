@@ -1,60 +1,167 @@
-"""Shared fixtures: a real gateway on a free loopback port, as a user would run it."""
+"""Shared fixtures: a real gateway on a loopback port the OS picked, as a user would run it.
+
+Parallel-safe (``pytest -n 2``): every server a test starts binds port 0 and the test reads the
+port back from the server (``fastmode serve`` prints its address once the socket is bound), so
+two workers never race for one port; scratch files (the usage ledger) are per process.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # every gateway the tests start (in process or as `fastmode serve`) keeps its usage ledger in a
-# scratch file, not in the working directory (gateway.config: [state] path)
-os.environ.setdefault("FASTMODE_LEDGER",
-                      str(Path(tempfile.mkdtemp(prefix="fastmode-tests-")) / "ledger.sqlite3"))
+# scratch file of this process (gateway.config: [state] path), not in the working directory;
+# xdist workers inherit the controller's environment, so each one makes its own
+if os.environ.get("FASTMODE_LEDGER") in (None, os.environ.get("FASTMODE_TESTS_LEDGER")):
+    _ledger = str(Path(tempfile.mkdtemp(prefix="fastmode-tests-")) / "ledger.sqlite3")
+    os.environ["FASTMODE_LEDGER"] = os.environ["FASTMODE_TESTS_LEDGER"] = _ledger
+
+# `fastmode serve` prints this line (single process and --workers) once its socket is bound
+BANNER = re.compile(rb"OpenAI base_url:\s+(http://\S+?)/v1\s")
+# how many times faster the hardware of ``quick_server`` is (see quick_config_text)
+QUICK = 40
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port for a program that must be told its port up front (redis-server,
+    chromedriver). Not pick-and-hope: the port is bound, listened on and connected to once, and
+    the accepted end closed first, so the port sits in TIME_WAIT for a minute — the kernel then
+    hands it to no other ``bind(port 0)`` nor outgoing connection (another xdist worker's
+    server or client), while a server binding it with SO_REUSEADDR (redis-server, uvicorn,
+    `fastmode serve` all do) takes it at once. Servers of our own bind port 0 instead."""
+    with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        port: int = srv.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as cli:
+            conn, _ = srv.accept()
+            conn.close()  # the port's own end closes first: it is the one left in TIME_WAIT
+            cli.recv(1)
+    return port
 
 
-def start_server(*args: str, config_text: str | None = None, tmp: Path | None = None):
-    """Start ``fastmode serve`` in a subprocess; returns (process, base URL)."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "commands", "serve", "--port", str(port), *args]
+def bound_socket() -> socket.socket:
+    """A loopback TCP socket bound to a port the OS picked (for in-process servers: uvicorn
+    takes it with ``sockets=[...]``; left unlistened, it is a port where nothing answers)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+def quick_config_text(text: str | None = None, k: float = QUICK) -> str:
+    """The config (default: the built-in one) on hardware ``k`` times faster: every time
+    constant of the profile of each of its deployments' hardware divided by ``k`` and its
+    hourly price multiplied by ``k``. Every modeled duration is then ``k`` times shorter and
+    every price (the derived ones too: hardware-seconds x price) is the same. For tests that
+    check *what* the gateway serves, not how fast; the shipped default is never changed."""
+    from backends.profiles import Catalog
+    from gateway.config import default_config_text
+
+    text = default_config_text() if text is None else text
+    raw = tomllib.loads(text)
+    catalog = Catalog.builtin()
+    tables = []
+    for name in sorted({d["hardware"] for d in raw["deployments"].values()}):
+        assert name not in raw.get("hardware", {}), f"{name}: a profile of the config's own"
+        hw = dataclasses.asdict(catalog.get_hardware(name))
+        del hw["name"]
+        for key in ("memory_bandwidth_tbs", "interconnect_gbs", "price_per_hour_usd"):
+            hw[key] *= k
+        hw["tflops"] = {p: v * k for p, v in hw["tflops"].items()}
+        for key in ("interconnect_latency_us", "step_overhead_ms", "layer_latency_us",
+                    "request_overhead_ms"):
+            hw[key] /= k
+        body = "\n".join(f"{key} = {_toml(v)}" for key, v in hw.items() if v is not None)
+        tables.append(f"[hardware.{name}]  # tests: {k:g}x faster\n{body}\n")
+    return text + "\n\n" + "\n".join(tables)
+
+
+def _toml(v: object) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{a} = {_toml(b)}" for a, b in v.items()) + " }"
+    return f'"{v}"' if isinstance(v, str) else repr(v)
+
+
+class SdkClock:
+    """An SDK's ``time`` module, except that a retry's wait is recorded (and ``during`` run)
+    instead of slept: a test sees what the SDK would wait, without waiting. Install it with
+    ``monkeypatch.setattr(openai._base_client, "time", clock)``."""
+
+    def __init__(self, during=lambda: None) -> None:
+        self.waits: list[float] = []
+        self.during = during
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.during()
+
+
+def launch(*args: str, config_text: str | None = None, tmp: Path | None = None,
+           cwd: Path = ROOT, env: Mapping[str, str] | None = None,
+           log: IO[bytes] | None = None, timeout: float = 30.0,
+           ) -> tuple[subprocess.Popen[bytes], str]:
+    """``fastmode serve --port 0 ARGS`` in a subprocess, healthy; returns (process, base URL).
+
+    The OS picks the port when the server binds it (no free-port race between xdist workers);
+    the URL is read from the server's banner. The server's stderr goes to ``log`` (default: a
+    scratch file, quoted if the server fails to start), never to an unread pipe."""
+    cmd = [sys.executable, "-m", "commands", "serve", "--port", "0", *args]
     if config_text is not None:
         assert tmp is not None
-        path = tmp / f"config-{port}.toml"
-        path.write_text(config_text)
-        cmd += ["--config", str(path)]
-    # the server's log goes to a file, never to an unread pipe that could fill and stall it
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", prefix="config-", dir=tmp,
+                                         delete=False) as f:
+            f.write(config_text)
+        cmd += ["--config", f.name]
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile() if log is None else log
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err,
+                            env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
+    url = ""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"server exited: {log.read().decode()[-2000:]}")
-        try:
-            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
+            err.seek(0)
+            raise RuntimeError(f"server exited: {err.read().decode()[-2000:]}")
+        if not url:
+            out.seek(0)
+            found = BANNER.search(out.read())
+            url = found.group(1).decode() if found else ""
+        if url:
+            try:
+                if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.05)
     proc.kill()
-    raise RuntimeError("server did not become healthy in 30 s")
+    proc.wait()
+    raise RuntimeError(f"server did not become healthy in {timeout:g} s")
+
+
+def start_server(*args: str, config_text: str | None = None, tmp: Path | None = None,
+                 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``fastmode serve`` in a subprocess; returns (process, base URL)."""
+    return launch(*args, config_text=config_text, tmp=tmp)
 
 
 def stop_server(proc: subprocess.Popen) -> None:
@@ -70,6 +177,19 @@ def stop_server(proc: subprocess.Popen) -> None:
 def live_server() -> Iterator[str]:
     """The gateway on its built-in default config; yields the base URL (no /v1)."""
     proc, url = start_server()
+    try:
+        yield url
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def quick_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gateway on the built-in config with ``QUICK`` times faster hardware
+    (``quick_config_text``): the same tiers, models, behaviour and prices, every tier
+    streaming ``QUICK`` times faster. For tests of what is served, not of how fast."""
+    proc, url = start_server(config_text=quick_config_text(),
+                             tmp=tmp_path_factory.mktemp("quick"))
     try:
         yield url
     finally:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import start_server, stop_server
+from conftest import free_port, start_server, stop_server
 from openai import OpenAI
 
 from gateway.app import create_app
@@ -135,7 +135,9 @@ def browser() -> Iterator[Any]:
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                 "--window-size=1400,1900", "--hide-scrollbars"):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    # chromedriver must be told its port: a reserved one (conftest.free_port), not selenium's
+    # pick-and-hope, which another test process can take first
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, port=free_port()), options=opts)
     try:
         yield driver
     finally:

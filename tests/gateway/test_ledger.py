@@ -8,7 +8,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -195,34 +194,15 @@ async def test_with_auth_a_key_sees_only_its_usage(tmp_path) -> None:
 
 # -- kill -9 ----------------------------------------------------------------------------------
 
-def _serve(port: int, ledger: Path, tmp: Path) -> subprocess.Popen:
-    cfg = tmp / "k.toml"
-    cfg.write_text(default_config_text() + ADMIN)
-    return subprocess.Popen(
-        [sys.executable, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg),
-         "--ledger", str(ledger)],
-        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
+def _serve(ledger: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
+    from conftest import launch
 
-
-def _wait_healthy(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise AssertionError("server did not start")
+    return launch("--ledger", str(ledger), config_text=default_config_text() + ADMIN, tmp=tmp)
 
 
 def test_kill_9_loses_no_request_that_finished_a_second_before(tmp_path) -> None:
-    from conftest import free_port
-
-    port, ledger = free_port(), tmp_path / "ledger.sqlite3"
-    url = f"http://127.0.0.1:{port}"
-    proc = _serve(port, ledger, tmp_path)
-    _wait_healthy(url)
+    ledger = tmp_path / "ledger.sqlite3"
+    proc, url = _serve(ledger, tmp_path)
     done: list[tuple[float, str, int, int, float]] = []  # (finished at, id, in, out, cost)
     stop = threading.Event()
 
@@ -255,7 +235,10 @@ def test_kill_9_loses_no_request_that_finished_a_second_before(tmp_path) -> None
         t.start()
     began = time.monotonic()
     deadline = began + 30
-    while (len(done) < 30 or time.monotonic() < began + 2.5) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # until 30 requests finished more than a second ago
+        now = time.monotonic()
+        if now > began + 2.5 and sum(d[0] < now - 1.0 for d in done) >= 30:
+            break
         time.sleep(0.05)
     killed_at = time.monotonic()
     os.kill(proc.pid, signal.SIGKILL)
@@ -266,9 +249,8 @@ def test_kill_9_loses_no_request_that_finished_a_second_before(tmp_path) -> None
     settled = [d for d in done if d[0] < killed_at - 1.0]
     assert len(settled) >= 30
     # restart on the same ledger: its rows are there and the server goes on appending
-    proc = _serve(port, ledger, tmp_path)
+    proc, url = _serve(ledger, tmp_path)
     try:
-        _wait_healthy(url)
         rows = httpx.get(url + "/admin/ledger", headers={"authorization": "Bearer adm"}).json()
         by_id = {r["request_id"]: r for r in rows["data"]}
         for _, rid, prompt, out, cost in settled:

@@ -10,6 +10,7 @@ import time
 import httpx
 import openai
 import pytest
+from conftest import SdkClock
 
 from backends.mockmodel import validate_arguments
 
@@ -106,8 +107,8 @@ async def test_async_client_streams(live_server: str) -> None:
     await c.close()
 
 
-def test_tool_calls_validate_on_frontier(live_server: str) -> None:
-    c = client(live_server)
+def test_tool_calls_validate_on_frontier(quick_server: str) -> None:
+    c = client(quick_server)  # what is served, not how fast: the faster hardware
     for seed in range(5):
         resp = c.chat.completions.create(
             model="frontier", messages=USER, tools=[WEATHER], seed=seed, tool_choice="required"
@@ -299,20 +300,44 @@ def hold_stream(url: str, path: str = "/fast/v1", tokens: int = 3000):
     return t, stop
 
 
-def test_fast_pool_full_is_a_429_the_sdk_retries(server_factory) -> None:
+def test_fast_pool_full_is_a_429_the_sdk_retries(server_factory, monkeypatch) -> None:
+    """The fast pool full is a 429 whose retry hint is when the held slot frees (the modeled
+    end of the stream that holds it, ~10 s away), and the SDK waits exactly that hint before
+    retrying. Its waits are recorded, not slept (``SdkClock``): a retry into the still full
+    pool is a 429 again and the SDK raises when its retries are spent; a retry after the slot
+    was freed (the holder disconnects during the wait) is served."""
     url = server_factory(config_text=small("reject"))
     t, stop = hold_stream(url)
     try:
         before = metric(url, "fastmode_requests_total", tier="fast", status="429")
         fast = openai.OpenAI(base_url=url + "/fast/v1", api_key="x", max_retries=1)
-        t0 = time.monotonic()
+        clock = SdkClock()
+        monkeypatch.setattr(openai._base_client, "time", clock)
         with pytest.raises(openai.RateLimitError) as e:
             fast.chat.completions.create(model="frontier", messages=USER, max_tokens=5)
-        waited = time.monotonic() - t0
-        assert e.value.response.headers["retry-after"] == "1"
-        # the SDK tried twice, waiting for retry-after (1 s) in between
         assert metric(url, "fastmode_requests_total", tier="fast", status="429") - before == 2
-        assert waited >= 0.9
+        headers = e.value.response.headers
+        assert e.value.code == "rate_limit_exceeded"
+        hint = int(headers["retry-after-ms"]) / 1000
+        assert 1 < hint < 60  # the held stream has thousands of tokens left
+        assert abs(int(headers["retry-after"]) - hint) <= 0.501  # whole seconds, at least 1
+        # it waited once, for the first answer's hint: a little longer than the last one's
+        assert len(clock.waits) == 1 and hint <= clock.waits[0] < hint + 5
+
+        def free_the_slot() -> None:  # the holder goes away while the SDK waits
+            stop.set()
+            deadline = time.monotonic() + 10
+            while metric(url, "fastmode_replica_running", deployment="tiny") != 0:
+                assert time.monotonic() < deadline, "slot not freed after disconnect"
+                time.sleep(0.02)
+
+        clock = SdkClock(free_the_slot)
+        monkeypatch.setattr(openai._base_client, "time", clock)
+        raw = fast.chat.completions.with_raw_response.create(
+            model="frontier", messages=USER, max_tokens=5)
+        assert raw.http_response.status_code == 200 and raw.headers["x-fastmode-tier"] == "fast"
+        assert raw.retries_taken == 1 and len(clock.waits) == 1 and 1 < clock.waits[0] < 60
+        assert metric(url, "fastmode_requests_total", tier="fast", status="429") - before == 3
     finally:
         stop.set()
         t.join(10)

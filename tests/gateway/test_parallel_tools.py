@@ -1,6 +1,7 @@
 """Parallel tool calls through the official SDKs: two or more calls in one turn with the right
 indices and ids (streamed and not), on Chat, Responses and Messages; ``parallel_tool_calls:
-false`` turns them off; the agent loop still ends in text."""
+false`` turns them off; the agent loop still ends in text. On ``quick_server``: what is served
+is checked, not how fast."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ def parallel_seed(url: str) -> int:
     raise AssertionError("no parallel call in 40 seeds")
 
 
-def test_chat_parallel_calls_streamed_and_not(live_server: str) -> None:
-    seed = parallel_seed(live_server)
-    whole = oa(live_server).chat.completions.create(model="frontier", messages=ASK, tools=TOOLS,
+def test_chat_parallel_calls_streamed_and_not(quick_server: str) -> None:
+    seed = parallel_seed(quick_server)
+    whole = oa(quick_server).chat.completions.create(model="frontier", messages=ASK, tools=TOOLS,
                                                     seed=seed)
     calls = whole.choices[0].message.tool_calls
     assert {c.function.name for c in calls} == {"get_weather", "get_time"}
@@ -48,7 +49,7 @@ def test_chat_parallel_calls_streamed_and_not(live_server: str) -> None:
         assert validate_arguments(CITY, c.function.arguments, strict=True) == []
         assert json.loads(c.function.arguments)["city"] == "Paris"
     # streamed: each call's first delta has its index, id and name; the SDK merges by index
-    with oa(live_server).chat.completions.stream(model="frontier", messages=ASK, tools=TOOLS,
+    with oa(quick_server).chat.completions.stream(model="frontier", messages=ASK, tools=TOOLS,
                                                  seed=seed) as stream:
         firsts = [d for e in stream if e.type == "chunk" and e.chunk.choices
                   for d in e.chunk.choices[0].delta.tool_calls or () if d.id]
@@ -61,22 +62,22 @@ def test_chat_parallel_calls_streamed_and_not(live_server: str) -> None:
     # the loop ends: after both results the model answers in text
     history = [*ASK, whole.choices[0].message.model_dump(exclude_none=True)]
     history += [{"role": "tool", "tool_call_id": c.id, "content": "sunny, 21C"} for c in calls]
-    answer = oa(live_server).chat.completions.create(model="frontier", messages=history,
+    answer = oa(quick_server).chat.completions.create(model="frontier", messages=history,
                                                      tools=TOOLS, seed=seed)
     assert answer.choices[0].message.tool_calls is None and answer.choices[0].message.content
 
 
-def test_parallel_tool_calls_false_gives_one_call(live_server: str) -> None:
+def test_parallel_tool_calls_false_gives_one_call(quick_server: str) -> None:
     for seed in range(12):
-        resp = oa(live_server).chat.completions.create(
+        resp = oa(quick_server).chat.completions.create(
             model="frontier", messages=ASK, tools=TOOLS, seed=seed, parallel_tool_calls=False)
         assert len(resp.choices[0].message.tool_calls) == 1
 
 
-def test_responses_parallel_function_calls(live_server: str) -> None:
+def test_responses_parallel_function_calls(quick_server: str) -> None:
     tools = [{"type": "function", **t["function"]} for t in TOOLS]
-    seed = parallel_seed(live_server)
-    with oa(live_server).responses.stream(model="frontier", input=ASK, tools=tools,
+    seed = parallel_seed(quick_server)
+    with oa(quick_server).responses.stream(model="frontier", input=ASK, tools=tools,
                                           extra_body={"seed": seed}) as stream:
         added = [e for e in stream if e.type == "response.output_item.added"]
         final = stream.get_final_response()
@@ -86,8 +87,8 @@ def test_responses_parallel_function_calls(live_server: str) -> None:
     assert final.parallel_tool_calls is True
 
 
-def test_anthropic_parallel_tool_use(live_server: str) -> None:
-    client = anthropic.Anthropic(base_url=live_server, api_key="x")
+def test_anthropic_parallel_tool_use(quick_server: str) -> None:
+    client = anthropic.Anthropic(base_url=quick_server, api_key="x")
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
               "input_schema": CITY} for t in TOOLS]
     counts = []

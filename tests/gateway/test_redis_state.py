@@ -186,8 +186,16 @@ def test_two_gateway_processes_share_state(redis_url: str, server_factory) -> No
         except openai.RateLimitError:
             pass
     assert ok == 6
-    # a response stored on gateway 1 is continued on gateway 2 (standard tier: no limit)
+    # a response stored on gateway 1 is continued on gateway 2 (standard tier: no limit); it
+    # reaches Redis a moment after its answer (a writer task, off the request's path), so the
+    # continuation waits until gateway 2 can read it (on a busy machine that can be later than
+    # the client's next request)
     first = c1.responses.create(model="frontier", input="Remember: blue.", max_output_tokens=8)
+    deadline = time.monotonic() + 5
+    while httpx.get(f"{g2}/v1/responses/{first.id}", timeout=5,
+                    headers={"authorization": "Bearer sk-limited"}).status_code != 200:
+        assert time.monotonic() < deadline, "the stored response never reached gateway 2"
+        time.sleep(0.02)
     second = c2.responses.create(model="frontier", input="What colour?", max_output_tokens=8,
                                  previous_response_id=first.id)
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens

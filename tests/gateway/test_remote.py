@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import tomllib
 
 import httpx
@@ -19,6 +18,7 @@ import openai
 import orjson
 import pytest
 import uvicorn
+from conftest import bound_socket
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -30,12 +30,6 @@ from gateway.engine_config import engine_config
 from gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
 
 USER = [{"role": "user", "content": "hello"}]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Fake:
@@ -119,20 +113,24 @@ class Fake:
 
 
 @contextlib.asynccontextmanager
-async def serve(app, port: int, ws: str = "none"):
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error",
-                                           lifespan="on", ws=ws))
-    task = asyncio.create_task(server.serve())
-    for _ in range(200):
-        if server.started:
-            break
-        await asyncio.sleep(0.01)
-    assert server.started
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
+async def serve(app, ws: str = "none"):
+    """``app`` on a loopback port the OS picked (bound here, handed to uvicorn: no race for a
+    port between parallel test processes); yields its base URL."""
+    with bound_socket() as sock:
+        port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                               log_level="error", lifespan="on", ws=ws))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        for _ in range(200):
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        assert server.started
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(task, 10)
 
 
 def remote_config(fast: list[str], spark: list[str], **remote) -> Config:
@@ -147,14 +145,14 @@ def remote_config(fast: list[str], spark: list[str], **remote) -> Config:
 async def topo():
     """Two fakes behind the fast tier, a dead address behind spark; standard in-process."""
     a, b = Fake(), Fake()
-    pa, pb, pg = free_port(), free_port(), free_port()
-    dead = f"http://127.0.0.1:{free_port()}"
-    async with serve(a.app, pa) as ua, serve(b.app, pb) as ub:
-        app = create_app(remote_config([ua, ub], [dead]))
-        async with serve(app, pg, ws="websockets-sansio") as ug:
-            yield {"a": a, "b": b, "ua": ua, "ub": ub, "gw": ug, "dead": dead, "app": app}
-            while _CLIENTS:
-                await _CLIENTS.pop().close()
+    with bound_socket() as nobody:  # bound, never listening: connections to it are refused
+        dead = f"http://127.0.0.1:{nobody.getsockname()[1]}"
+        async with serve(a.app) as ua, serve(b.app) as ub:
+            app = create_app(remote_config([ua, ub], [dead]))
+            async with serve(app, ws="websockets-sansio") as ug:
+                yield {"a": a, "b": b, "ua": ua, "ub": ub, "gw": ug, "dead": dead, "app": app}
+                while _CLIENTS:
+                    await _CLIENTS.pop().close()
 
 
 _CLIENTS: list[openai.AsyncOpenAI] = []

@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
 from configs import with_keys
@@ -20,31 +17,15 @@ from test_openai_sdk import USER
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def test_sigterm_ends_every_stream_properly_and_exits_0(tmp_path) -> None:
-    from conftest import free_port
+    from conftest import launch
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cfg = tmp_path / "s.toml"
-    cfg.write_text(with_keys(shutdown_grace_s=1))
     ledger = tmp_path / "ledger.sqlite3"
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg),
-         "--ledger", str(ledger), "--log-level", "info"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+    proc, url = launch("--ledger", str(ledger), "--log-level", "info", log=log,
+                       config_text=with_keys(shutdown_grace_s=1), tmp=tmp_path)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/healthz", timeout=0.5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                assert time.monotonic() < deadline and proc.poll() is None
-                time.sleep(0.05)
         sse: dict[str, list[str]] = {"long": [], "short": []}
         errors: dict[str, BaseException] = {}
         ws_events: list[dict] = []
