@@ -25,7 +25,7 @@ from gateway import protocols
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.protocols.base import RequestContext
-from gateway.push import WriteFailed, finish_send
+from gateway.push import SENT, WriteFailed, finish_send, start_send
 from gateway.state import CUT
 from gateway.turn import Turn
 
@@ -197,21 +197,24 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
         await gate.wait()
         log.append("after")
 
-    send = waits()
-    waiting = send.send(None)
-    assert log == ["before"]
+    sender, waiting = start_send(waits())
+    assert log == ["before"] and waiting is not SENT
     asyncio.get_running_loop().call_later(0.001, gate.set)
-    await finish_send(send, waiting)
+    await finish_send(sender, waiting)
     assert log[-1] == "after"
+
+    async def returns_at_once() -> None:
+        log.append("at once")
+
+    assert start_send(returns_at_once())[1] is SENT and log[-1] == "at once"
 
     async def fails_later() -> None:
         await asyncio.sleep(0)
         raise OSError("closed")
 
-    send = fails_later()
-    waiting = send.send(None)
+    sender, waiting = start_send(fails_later())
     with pytest.raises(WriteFailed) as info:
-        await finish_send(send, waiting)
+        await finish_send(sender, waiting)
     assert isinstance(info.value.error, OSError)
 
     closed: list[bool] = []
@@ -222,8 +225,7 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
         finally:
             closed.append(True)
 
-    send = hangs()
-    task = asyncio.ensure_future(finish_send(send, send.send(None)))
+    task = asyncio.ensure_future(finish_send(*start_send(hangs())))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
