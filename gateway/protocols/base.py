@@ -28,7 +28,7 @@ from backends.mockmodel import Generation, Piece
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
-from .events import EventBuffer, Merged, Runs, buffered, grouped, sse_framed
+from .events import EventBuffer, Merged, Runs, buffered, grouped, sse_framed, texts, wired
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -119,12 +119,10 @@ class Encoder(ABC):
         """The hot path over SSE: the events of tokens ``start .. start+count`` as one write,
         a slice of what ``EventBuffer`` encoded ahead. Tokens are asked for in order."""
         buf = self._buffer
-        if buf is None or not buf.sse:
-            buf = buffered(self)
+        if buf is None or buf.mode != "sse":
+            buf = wired(self, "sse")
             if buf is None:
                 return self.sse(self.tokens(start, count))
-            buf.sse = True
-            buf.wire = self.framed(buf.frames)
         stop = start + count
         if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
             buf.served = stop
@@ -135,8 +133,25 @@ class Encoder(ABC):
         wire = buf.wire
         return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
 
+    def text_tokens(self, start: int, count: int) -> list[str]:
+        """The same for the websocket's push mode: each event as its frame's text."""
+        buf = self._buffer
+        if buf is None or buf.mode != "text":
+            buf = wired(self, "text")
+            if buf is None:
+                return texts(self.tokens(start, count))
+        stop = start + count
+        if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
+            buf.served = stop
+            index, t0 = buf.index, buf.tok0
+            f0, f1 = index[start - t0], index[stop - t0]
+        else:
+            f0, f1 = buf.span(start, stop)
+        return buf.wire[f0:f1]
+
     def frame_tokens(self, start: int, count: int) -> Frames:
-        """The same for the websocket: the events, one frame each."""
+        """The same as frames (the websocket's turn task: opening, closing and token events
+        of a reader that fell behind)."""
         buf = buffered(self)
         if buf is None:
             return self.tokens(start, count)

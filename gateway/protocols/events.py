@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backends.mockmodel import TEXT, Generation, Piece
 
@@ -106,8 +106,8 @@ def grouped(pieces: Sequence[Piece], start: int, stop: int, interval: int,
 class EventBuffer:
     """The events of one reply's tokens, encoded ``AHEAD`` tokens at a time; see the module."""
 
-    __slots__ = ("enc", "total", "encoded", "served", "tok0", "frames", "wire", "index", "sse",
-                 "per_token", "ahead")
+    __slots__ = ("enc", "total", "encoded", "served", "tok0", "frames", "wire", "index",
+                 "mode", "per_token", "ahead")
 
     def __init__(self, enc: Encoder, total: int) -> None:
         self.enc = enc
@@ -118,9 +118,11 @@ class EventBuffer:
         self.ahead = -(-AHEAD // enc.interval) * enc.interval
         self.tok0 = 0  # the first token still in the buffer
         self.frames: Frames = []  # events of tokens tok0 .. encoded
-        self.wire: list[bytes] = []  # the same, framed for SSE (when the transport is SSE)
+        # the same events as the transport writes them (``mode``): SSE bytes, or the text of
+        # each websocket frame; made with the frames, a run at a time
+        self.wire: list[Any] = []
         self.index = [0]  # index[t - tok0]: where token t's events begin in frames
-        self.sse = False
+        self.mode: str | None = None  # "sse" | "text" once a transport asked (``wired``)
         # does the encoder record marks? None until seen (one token at a time until then)
         self.per_token: bool | None = None if type(enc) not in _RECORDS else not _RECORDS[
             type(enc)]
@@ -152,8 +154,8 @@ class EventBuffer:
         else:
             new, pos = self._run(a, b)
         self.frames += new
-        if self.sse:
-            self.wire += self.enc.framed(new)
+        if self.mode is not None:
+            self.wire += self.enc.framed(new) if self.mode == "sse" else texts(new)
         index = self.index
         index.pop()  # token a's entry is recomputed (it is `base`)
         index += [base + p for p in pos]
@@ -211,6 +213,21 @@ class EventBuffer:
             pos.append(len(new))
             new += self.enc.tokens(t, 1)
         return new, pos
+
+
+def wired(enc: Encoder, mode: str) -> EventBuffer | None:
+    """The encoder's buffer, keeping its events as ``mode`` writes them ("sse": SSE bytes,
+    "text": websocket frame texts) from now on; None as for ``buffered``."""
+    buf = buffered(enc)
+    if buf is not None and buf.mode != mode:
+        buf.mode = mode
+        buf.wire = enc.framed(buf.frames) if mode == "sse" else texts(buf.frames)
+    return buf
+
+
+def texts(frames: Frames) -> list[str]:
+    """Each event as the text of its websocket frame (decoded once, a run at a time)."""
+    return [body.decode() for _, body in frames]
 
 
 def buffered(enc: Encoder) -> EventBuffer | None:
