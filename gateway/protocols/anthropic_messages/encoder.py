@@ -153,16 +153,17 @@ class MessagesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
+        thought, off, prefix, dumps = self.thought, self.off, self._text_prefix, orjson.dumps
         for i, piece in self.pieces(start, start + count, out):
-            if i < self.thought:
+            if i < thought:
                 out += self._thinking(i, piece.text)
                 continue
-            index = self.off + max(piece.tool, 0)
+            tool = piece.tool
+            index = off + tool if tool > 0 else off
             if self._open != index:
                 out += self._switch(index)
-            if piece.tool < 0:
-                out.append(("content_block_delta",
-                            self._text_prefix + orjson.dumps(piece.text) + b"}}"))
+            if tool < 0:
+                out.append(("content_block_delta", prefix + dumps(piece.text) + b"}}"))
             else:
                 out.append(self._event("content_block_delta", {
                     "type": "content_block_delta", "index": index,

@@ -158,10 +158,9 @@ class ResponsesEncoder(Encoder):
                     self._open_items.add(0)
                     out += self._open_message()
                 self._text.append(piece.text)
-                body = (self._delta_prefix + orjson.dumps(piece.text) + self._delta_mid
-                        + str(self.seq).encode() + b"}")
+                out.append(("response.output_text.delta", b"%b%b%b%d}" % (
+                    self._delta_prefix, orjson.dumps(piece.text), self._delta_mid, self.seq)))
                 self.seq += 1
-                out.append(("response.output_text.delta", body))
             else:
                 if k not in self._open_items:
                     self._open_items.add(k)
