@@ -28,7 +28,7 @@ from backends.mockmodel import Generation, Piece
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
-from .events import EventBuffer, Merged, Runs, buffered, grouped, sse_framed, texts, wired
+from .events import EventBuffer, Merged, Runs, buffered, grouped, runs_of, sse_framed, texts, wired
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -77,7 +77,7 @@ class Encoder(ABC):
         group of N merged into one piece, at the index of its last token."""
         runs = self._runs
         if runs is None and self.interval > 1 and isinstance(self.job.gen, Generation):
-            runs = self._runs = Runs(self.job.gen.pieces)  # once per reply
+            runs = self._runs = runs_of(self.job.gen.pieces)  # once per reply
         return grouped(self.job.gen.pieces, start, stop, self.interval, self._marks, out, runs)
 
     def ran_ahead(self) -> int | None:

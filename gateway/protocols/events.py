@@ -60,6 +60,25 @@ class Runs:
         self.offsets = [0, *accumulate(map(len, texts))]
 
 
+_LAID_OUT: dict[int, tuple[Sequence[Piece], Runs]] = {}  # id(pieces) -> (pieces, their runs)
+
+
+def runs_of(pieces: Sequence[Piece]) -> Runs:
+    """A reply's ``Runs``, laid out once per reply *object*: a scripted reply is one shared,
+    immutable Generation (``backends.mockmodel.scripts``), so a load test of one script lays
+    it out once, not once per request. The newest 32 are kept (with the pieces themselves, so
+    an id is not reused while its entry lives)."""
+    hit = _LAID_OUT.get(id(pieces))
+    if hit is not None and hit[0] is pieces:
+        return hit[1]
+    runs = Runs(pieces)
+    if isinstance(pieces, tuple):  # immutable: safe to share
+        if len(_LAID_OUT) >= 32:
+            del _LAID_OUT[next(iter(_LAID_OUT))]
+        _LAID_OUT[id(pieces)] = (pieces, runs)
+    return runs
+
+
 def grouped(pieces: Sequence[Piece], start: int, stop: int, interval: int,
             marks: list[tuple[int, int]] | None, out: Frames | None,
             runs: Runs | None = None) -> Iterator[tuple[int, Piece | Merged]]:

@@ -298,3 +298,21 @@ def test_a_reader_that_pauses_gets_the_whole_stream_over_a_real_socket(server_fa
     while (after := spark_usage()) == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1500)
+
+
+def test_a_shared_reply_is_laid_out_once_and_groups_the_same() -> None:
+    """A scripted reply is one immutable Generation shared by every request: its ``Runs`` are
+    made once; another reply (even an equal one) gets its own; grouping from the shared layout
+    gives the same events as grouping piece by piece."""
+    from backends.mockmodel import TEXT, Piece
+    from gateway.protocols.events import grouped, runs_of
+
+    # 20 tokens of text, then 3 of the first tool call's arguments
+    pieces = tuple(Piece(f"w{i} ", TEXT) for i in range(20)) + (Piece('{"a":', 0),) * 3
+    assert runs_of(pieces) is runs_of(pieces)
+    other = pieces[:-1] + (Piece('{"a":', 0),)  # an equal reply, a separate object
+    assert other == pieces and runs_of(other) is not runs_of(pieces)
+    fast = [(i, p.text, p.tool) for i, p in grouped(pieces, 0, 23, 8, None, None,
+                                                    runs_of(pieces))]
+    slow = [(i, p.text, p.tool) for i, p in grouped(pieces, 0, 23, 8, None, None)]
+    assert fast == slow and len(fast) == 4  # 8 + 8 + (4 text, 3 arguments)
