@@ -316,3 +316,51 @@ def test_a_shared_reply_is_laid_out_once_and_groups_the_same() -> None:
                                                     runs_of(pieces))]
     slow = [(i, p.text, p.tool) for i, p in grouped(pieces, 0, 23, 8, None, None)]
     assert fast == slow and len(fast) == 4  # 8 + 8 + (4 text, 3 arguments)
+
+
+async def test_a_websocket_write_that_fails_while_pushing_ends_the_turn_quietly(
+        app_for, caplog) -> None:
+    """Over the websocket a pushed event is the server's own send; when it raises (the peer
+    went away), the turn ends as a socket gone — settled once, its slot freed — not as a bug
+    of the turn (no "turn failed" log, no error event attempted)."""
+    app = await app_for(1)
+    body = {"type": "response.create", **BODIES["/v1/responses"]}
+    del body["stream"]
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for message in ({"type": "websocket.connect"},
+                    {"type": "websocket.receive", "text": orjson.dumps(body).decode()}):
+        inbox.put_nowait(message)
+    deltas: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send":
+            event = orjson.loads(message["text"])
+            if event["type"] == "response.output_text.delta":
+                if len(deltas) == 5:  # the sixth token event: the peer is gone (the server
+                    # hears of it from its reader a moment after the write failed)
+                    asyncio.get_running_loop().call_later(
+                        0.05, inbox.put_nowait, {"type": "websocket.disconnect", "code": 1006})
+                    raise ConnectionResetError("peer gone")
+                deltas.append(event["delta"])
+
+    scope = {"type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "scheme": "ws", "path": "/v1/responses", "raw_path": b"/v1/responses",
+             "query_string": b"", "root_path": "", "headers": [], "subprotocols": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {}}
+    gateway = app.state.gateway
+    settled: list[tuple[int, Any]] = []
+    settle = gateway.settle
+
+    def counted(job: Any, status: int = 200, ended: str | None = None) -> None:
+        if not job.settled:
+            settled.append((status, job))
+        settle(job, status, ended)
+
+    gateway.settle = counted
+    with caplog.at_level("ERROR"):
+        await asyncio.wait_for(app(scope, inbox.get, send), 10)
+    assert len(deltas) == 5 and "".join(deltas) == REPLY[: len("".join(deltas))]
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(settled) == 1 and settled[0][0] == 499  # once, as a client gone
+    assert 5 <= settled[0][1].billed_output < N_TOKENS  # what was made, not the whole reply
+    assert await busy(app) == 0
