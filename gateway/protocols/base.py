@@ -28,7 +28,18 @@ from backends.mockmodel import Generation, Piece
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
-from .events import EventBuffer, Merged, Runs, buffered, grouped, runs_of, sse_framed, texts, wired
+from .events import (
+    EventBuffer,
+    Merged,
+    Runs,
+    buffered,
+    grouped,
+    runs_of,
+    sse_framed,
+    sse_head,
+    texts,
+    wired,
+)
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -69,6 +80,9 @@ class Encoder(ABC):
     _marks: list[tuple[int, int]] | None = None  # recording where each token's events begin
     _buffer: EventBuffer | None = None
     _runs: Runs | None = None
+    # the stream goes out as SSE: ``tokens`` may write an event as its SSE bytes (kind
+    # ``WIRE``); set by the event buffer, never for the websocket
+    sse_wire: bool = False
 
     def pieces(self, start: int, stop: int,
                out: Frames | None = None) -> Iterator[tuple[int, Piece | Merged]]:
@@ -108,6 +122,11 @@ class Encoder(ABC):
     def cancelled(self) -> Frames:
         """The terminal event of a turn the client cancelled (websocket ``response.cancel``)."""
         return []
+
+    def wire_prefix(self, kind: str, prefix: bytes) -> bytes:
+        """``prefix`` (the start of an event's JSON body) with the event's SSE lines before
+        it: for a ``WIRE`` event, whose body then ends with ``b"\\n\\n"``."""
+        return sse_head(kind, self.named_events) + prefix
 
     def framed(self, frames: Frames) -> list[bytes]:
         return sse_framed(frames, self.named_events)

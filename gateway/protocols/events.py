@@ -240,6 +240,7 @@ def wired(enc: Encoder, mode: str) -> EventBuffer | None:
     buf = buffered(enc)
     if buf is not None and buf.mode != mode:
         buf.mode = mode
+        enc.sse_wire = mode == "sse"  # its text deltas framed from now on
         buf.wire = enc.framed(buf.frames) if mode == "sse" else texts(buf.frames)
     return buf
 
@@ -262,14 +263,26 @@ def buffered(enc: Encoder) -> EventBuffer | None:
 
 
 _NAMED: dict[str, bytes] = {}  # event type -> its SSE lines' beginning
+WIRE = "\x00wire"
+"""The kind of an event whose body is its SSE bytes already: an encoder whose stream goes out
+as SSE (``Encoder.sse_wire``) writes its text deltas framed, saving a second copy per token."""
+
+
+def sse_head(kind: str, named: bool) -> bytes:
+    """What comes before an event's JSON body in SSE."""
+    return b"event: " + kind.encode() + b"\ndata: " if named else b"data: "
 
 
 def sse_framed(frames: Frames, named: bool) -> list[bytes]:
-    """Each event as SSE: ``event:`` and ``data:`` lines, or ``data:`` alone (Chat)."""
+    """Each event as SSE: ``event:`` and ``data:`` lines, or ``data:`` alone (Chat); a
+    ``WIRE`` event as it is."""
     if not named:
-        return [b"data: " + body + b"\n\n" for _, body in frames]
+        return [body if kind is WIRE else b"data: " + body + b"\n\n" for kind, body in frames]
     out = []
     for kind, body in frames:
+        if kind is WIRE:
+            out.append(body)
+            continue
         head = _NAMED.get(kind)
         if head is None:
             head = _NAMED[kind] = b"event: " + kind.encode() + b"\ndata: "

@@ -364,3 +364,28 @@ async def test_a_websocket_write_that_fails_while_pushing_ends_the_turn_quietly(
     assert len(settled) == 1 and settled[0][0] == 499  # once, as a client gone
     assert 5 <= settled[0][1].billed_output < N_TOKENS  # what was made, not the whole reply
     assert await busy(app) == 0
+
+
+@pytest.mark.parametrize("interval", [1, 8])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+async def test_text_deltas_written_as_sse_are_the_framed_events(app_for, path, interval) -> None:
+    """Over SSE an encoder writes its text deltas as their SSE bytes (``WIRE``): the stream
+    is byte for byte what framing its plain events gives."""
+    from gateway.protocols.events import WIRE
+
+    app = await app_for(interval)
+    proto = protocols.ENDPOINTS[path[len("/v1"):]]
+    turn = Turn(app.state.gateway, proto, proto.validate(BODIES[path]),
+                RequestContext({}, False, app.state.responses))
+    await turn.start()
+    job, wired = turn.job, turn.encoder
+    plain = proto.encoder(job, turn.req, turn.request)
+    n = job.gen.output_tokens
+    for enc in (wired, plain):
+        enc.interval = interval
+        enc.opening()
+    sent = b"".join(wired.sse_tokens(s, min(interval, n - s)) for s in range(0, n, interval))
+    assert sent == plain.sse(plain.tokens(0, n))
+    assert any(kind is WIRE for kind, _ in wired._buffer.frames)  # the framed path was taken
+    job.cancel()
+    turn.settle(499)
