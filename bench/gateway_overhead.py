@@ -3,10 +3,10 @@
 For Chat SSE, Responses SSE, the Responses websocket and Anthropic SSE, at ``stream_interval``
 1 and 8 (``[tiers.spark] stream_interval``), on the spark tier (~1,150 tok/s per stream):
 
-* capacity: N concurrent streams of ``--tokens`` tokens, N doubling; a level is *held* when
-  every stream gets at least 95% of its modeled rate and the median is within 2% of it (rates
-  from the client's arrival times against the stream's own modeled ``time_info``). Reported:
-  the largest N held, events/s there, and at ``--ref`` streams (2x that at interval 8: a load
+* capacity: N concurrent streams of ``--tokens`` tokens, N doubling, then bisected; a level
+  is *held* when every stream gets at least 95% of its modeled rate and the median is within
+  2% of it (rates from the client's arrival times against the stream's own modeled
+  ``time_info``). Reported: the largest N held, events/s there, and at ``--ref`` streams (2x that at interval 8: a load
   one core carries without saturating, so CPU per token means cost, not 1/throughput) the
   server's CPU per token;
 * the same for the bare reference (``bench/bare_asgi.py``): one stream of each kind recorded
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import tempfile
@@ -151,10 +152,13 @@ class Server:
 
 
 async def sweep(servers: list[Server], key: str, proto: Proto, tokens: int, interval: int,
-                ref: int, top: int, retries: int, repeat: int = 1) -> dict[str, dict[str, Any]]:
+                ref: int, top: int, retries: int, repeat: int = 1,
+                refine: int = 0) -> dict[str, dict[str, Any]]:
     """N = ref/4, ref/2, ref, 2 ref... on each server in turn at every N (so that both see the
     same machine at nearly the same moment), until a server fails a level at or past ``ref``
-    (``retries`` more tries first: on a shared machine one bad second fails a level)."""
+    (``retries`` more tries first: on a shared machine one bad second fails a level); then
+    ``refine`` bisections (geometric) between each server's largest N held and the N it
+    failed, so that "streams held" is the capacity within ~10%, not a power of two."""
     rows: dict[str, dict[int, dict[str, Any]]] = {s.name: {} for s in servers}
     going = list(servers)
     k = -2
@@ -177,12 +181,39 @@ async def sweep(servers: list[Server], key: str, proto: Proto, tokens: int, inte
                     runs[server.name].append(again["cpu_us_per_token"])
             for server in servers:
                 rows[server.name][n]["cpu_us_per_token"] = statistics.median(runs[server.name])
+    for server in servers:
+        await bisect(server, rows[server.name], key, proto, tokens, interval, retries, refine)
     out = {}
     for name, levels in rows.items():
         held = [r for r in levels.values() if r["held"]]
         out[name] = {"rows": levels, "ref": levels.get(ref),
                      "best": max(held, key=lambda r: r["streams"]) if held else None}
     return out
+
+
+async def bisect(server: Server, levels: dict[int, dict[str, Any]], key: str, proto: Proto,
+                 tokens: int, interval: int, retries: int, probes: int) -> None:
+    """Narrow the capacity down between the largest N held and the smallest N failed above it
+    (each probe with the sweep's retries); the probes' rows join ``levels``."""
+    held = [n for n, r in levels.items() if r["held"]]
+    if not held:
+        return
+    lo = max(held)
+    failed = [n for n, r in levels.items() if not r["held"] and n > lo]
+    if not failed:
+        return  # held up to the largest N tried
+    hi = min(failed)
+    for _ in range(probes):
+        mid = round(math.sqrt(lo * hi))
+        if mid in (lo, hi):
+            break
+        row = await server.level(key, proto, mid, tokens, interval)
+        for _ in range(retries):
+            if row["held"]:
+                break
+            row = await server.level(key, proto, mid, tokens, interval)
+        levels[mid] = row
+        lo, hi = (mid, hi) if row["held"] else (lo, mid)
 
 
 async def first_token(port: int, proto: Proto, interval: int, samples: int) -> list[float]:
@@ -240,7 +271,8 @@ async def run_interval(args: argparse.Namespace, interval: int, reply: str,
             for key, proto in PROTOCOLS.items():
                 ttft = await first_token(port, proto, interval, args.ttft_samples)
                 rows = await sweep([fast, bare], key, proto, args.tokens, interval,
-                                   ref_for(args, interval), args.max, args.retries, args.repeat)
+                                   ref_for(args, interval), args.max, args.retries, args.repeat,
+                                   args.refine)
                 results[("fastmode", key, interval)] = {**rows["fastmode"], "ttft": ttft}
                 results[("bare", key, interval)] = rows["bare"]
         finally:
@@ -282,6 +314,8 @@ async def main() -> None:
     ap.add_argument("--intervals", type=int, nargs="+", default=INTERVALS)
     ap.add_argument("--repeat", type=int, default=None,
                     help="runs of the compared level, median CPU per token (default 1 quick, 3)")
+    ap.add_argument("--refine", type=int, default=None,
+                    help="bisections of the capacity past the doubling (default 2 quick, 3)")
     ap.add_argument("--retries", type=int, default=None,
                     help="more tries of a level that failed (default: 0 quick, 1 full)")
     args = ap.parse_args()
@@ -294,6 +328,8 @@ async def main() -> None:
         args.retries = 0 if args.quick else 1
     if args.repeat is None:
         args.repeat = 1 if args.quick else 3
+    if args.refine is None:
+        args.refine = 2 if args.quick else 3
     cpus = cores()
     server_core, client_core = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
     pin_self(client_core)

@@ -85,6 +85,7 @@ class Turn:
         self.writer: asyncio.Task[Any] | None = None  # the task writing this turn's stream
         self.writing_since = 0.0  # loop time the pending write began (0: none pending)
         self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
+        self.write_error: BaseException | None = None  # what a pushed write raised
 
     # -- admission ------------------------------------------------------------------------
 
@@ -314,6 +315,7 @@ class Turn:
         except GeneratorExit:
             raise
         except WriteFailed as failed:  # a pushed write: the transport's own error
+            self.write_error = failed.error
             raise failed.error from None
         except Exception as exc:
             log.exception("turn %s failed while streaming", job.id)

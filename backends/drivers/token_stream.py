@@ -156,13 +156,16 @@ class TokenStream(CountStream):
         return True
 
     def _push(self) -> None:
-        """The replica's call at the step this stream listened for."""
+        """The replica's call at the step this stream listened for: ``take``, the listener,
+        and re-arming for the next event, in one call (this runs once per event of every
+        stream in push mode: ``take``, ``over`` and ``_arm`` are inlined)."""
         callback = self._listener
         if callback is None:
             return  # stopped listening since
         n = self.take()
+        delivered = self.delivered
         try:
-            again = callback(self.delivered - n, n)
+            again = callback(delivered - n, n)
         except Exception:  # a broken listener must not stop the replica: end its stream
             log.exception("stream listener failed")
             self._listener = None
@@ -172,9 +175,21 @@ class TokenStream(CountStream):
             return  # it stopped listening itself
         if not again:
             self._listener = None
-        elif self.over or not self._arm():  # the stream is over (or cannot be re-armed):
+            return
+        seq, rep = self.seq, self.replica
+        out = seq.output_tokens
+        want = delivered + self.interval
+        index = seq.first_step + (want if want < out else out) - 1
+        if (delivered >= out or self._cancelled or seq.state == CANCELLED or rep.stopped
+                or index <= rep.done_index):  # over, or due already (take again): the end
             self._listener = None
-            callback(self.delivered, 0)  # the last call
+            callback(delivered, 0)  # the last call
+            return
+        waiters = rep._at.get(index)  # re-armed: ``rep.wait_for(index, self)``
+        if waiters is None:
+            rep._at[index] = [self]
+        else:
+            waiters.append(self)
 
     @property
     def over(self) -> bool:

@@ -28,7 +28,18 @@ from backends.mockmodel import Generation, Piece
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
-from .events import EventBuffer, Merged, Runs, buffered, grouped, sse_framed
+from .events import (
+    EventBuffer,
+    Merged,
+    Runs,
+    buffered,
+    grouped,
+    runs_of,
+    sse_framed,
+    sse_head,
+    texts,
+    wired,
+)
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -69,6 +80,9 @@ class Encoder(ABC):
     _marks: list[tuple[int, int]] | None = None  # recording where each token's events begin
     _buffer: EventBuffer | None = None
     _runs: Runs | None = None
+    # the stream goes out as SSE: ``tokens`` may write an event as its SSE bytes (kind
+    # ``WIRE``); set by the event buffer, never for the websocket
+    sse_wire: bool = False
 
     def pieces(self, start: int, stop: int,
                out: Frames | None = None) -> Iterator[tuple[int, Piece | Merged]]:
@@ -77,7 +91,7 @@ class Encoder(ABC):
         group of N merged into one piece, at the index of its last token."""
         runs = self._runs
         if runs is None and self.interval > 1 and isinstance(self.job.gen, Generation):
-            runs = self._runs = Runs(self.job.gen.pieces)  # once per reply
+            runs = self._runs = runs_of(self.job.gen.pieces)  # once per reply
         return grouped(self.job.gen.pieces, start, stop, self.interval, self._marks, out, runs)
 
     def ran_ahead(self) -> int | None:
@@ -109,6 +123,11 @@ class Encoder(ABC):
         """The terminal event of a turn the client cancelled (websocket ``response.cancel``)."""
         return []
 
+    def wire_prefix(self, kind: str, prefix: bytes) -> bytes:
+        """``prefix`` (the start of an event's JSON body) with the event's SSE lines before
+        it: for a ``WIRE`` event, whose body then ends with ``b"\\n\\n"``."""
+        return sse_head(kind, self.named_events) + prefix
+
     def framed(self, frames: Frames) -> list[bytes]:
         return sse_framed(frames, self.named_events)
 
@@ -119,12 +138,10 @@ class Encoder(ABC):
         """The hot path over SSE: the events of tokens ``start .. start+count`` as one write,
         a slice of what ``EventBuffer`` encoded ahead. Tokens are asked for in order."""
         buf = self._buffer
-        if buf is None or not buf.sse:
-            buf = buffered(self)
+        if buf is None or buf.mode != "sse":
+            buf = wired(self, "sse")
             if buf is None:
                 return self.sse(self.tokens(start, count))
-            buf.sse = True
-            buf.wire = self.framed(buf.frames)
         stop = start + count
         if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
             buf.served = stop
@@ -135,8 +152,25 @@ class Encoder(ABC):
         wire = buf.wire
         return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
 
+    def text_tokens(self, start: int, count: int) -> list[str]:
+        """The same for the websocket's push mode: each event as its frame's text."""
+        buf = self._buffer
+        if buf is None or buf.mode != "text":
+            buf = wired(self, "text")
+            if buf is None:
+                return texts(self.tokens(start, count))
+        stop = start + count
+        if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
+            buf.served = stop
+            index, t0 = buf.index, buf.tok0
+            f0, f1 = index[start - t0], index[stop - t0]
+        else:
+            f0, f1 = buf.span(start, stop)
+        return buf.wire[f0:f1]
+
     def frame_tokens(self, start: int, count: int) -> Frames:
-        """The same for the websocket: the events, one frame each."""
+        """The same as frames (the websocket's turn task: opening, closing and token events
+        of a reader that fell behind)."""
         buf = buffered(self)
         if buf is None:
             return self.tokens(start, count)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from backends.mockmodel import TEXT, Generation, Piece
 
@@ -58,6 +58,25 @@ class Runs:
         self.tools = [p.tool for p in pieces]
         self.text = "".join(texts)
         self.offsets = [0, *accumulate(map(len, texts))]
+
+
+_LAID_OUT: dict[int, tuple[Sequence[Piece], Runs]] = {}  # id(pieces) -> (pieces, their runs)
+
+
+def runs_of(pieces: Sequence[Piece]) -> Runs:
+    """A reply's ``Runs``, laid out once per reply *object*: a scripted reply is one shared,
+    immutable Generation (``backends.mockmodel.scripts``), so a load test of one script lays
+    it out once, not once per request. The newest 32 are kept (with the pieces themselves, so
+    an id is not reused while its entry lives)."""
+    hit = _LAID_OUT.get(id(pieces))
+    if hit is not None and hit[0] is pieces:
+        return hit[1]
+    runs = Runs(pieces)
+    if isinstance(pieces, tuple):  # immutable: safe to share
+        if len(_LAID_OUT) >= 32:
+            del _LAID_OUT[next(iter(_LAID_OUT))]
+        _LAID_OUT[id(pieces)] = (pieces, runs)
+    return runs
 
 
 def grouped(pieces: Sequence[Piece], start: int, stop: int, interval: int,
@@ -106,8 +125,8 @@ def grouped(pieces: Sequence[Piece], start: int, stop: int, interval: int,
 class EventBuffer:
     """The events of one reply's tokens, encoded ``AHEAD`` tokens at a time; see the module."""
 
-    __slots__ = ("enc", "total", "encoded", "served", "tok0", "frames", "wire", "index", "sse",
-                 "per_token", "ahead")
+    __slots__ = ("enc", "total", "encoded", "served", "tok0", "frames", "wire", "index",
+                 "mode", "per_token", "ahead")
 
     def __init__(self, enc: Encoder, total: int) -> None:
         self.enc = enc
@@ -118,9 +137,11 @@ class EventBuffer:
         self.ahead = -(-AHEAD // enc.interval) * enc.interval
         self.tok0 = 0  # the first token still in the buffer
         self.frames: Frames = []  # events of tokens tok0 .. encoded
-        self.wire: list[bytes] = []  # the same, framed for SSE (when the transport is SSE)
+        # the same events as the transport writes them (``mode``): SSE bytes, or the text of
+        # each websocket frame; made with the frames, a run at a time
+        self.wire: list[Any] = []
         self.index = [0]  # index[t - tok0]: where token t's events begin in frames
-        self.sse = False
+        self.mode: str | None = None  # "sse" | "text" once a transport asked (``wired``)
         # does the encoder record marks? None until seen (one token at a time until then)
         self.per_token: bool | None = None if type(enc) not in _RECORDS else not _RECORDS[
             type(enc)]
@@ -152,8 +173,8 @@ class EventBuffer:
         else:
             new, pos = self._run(a, b)
         self.frames += new
-        if self.sse:
-            self.wire += self.enc.framed(new)
+        if self.mode is not None:
+            self.wire += self.enc.framed(new) if self.mode == "sse" else texts(new)
         index = self.index
         index.pop()  # token a's entry is recomputed (it is `base`)
         index += [base + p for p in pos]
@@ -213,6 +234,22 @@ class EventBuffer:
         return new, pos
 
 
+def wired(enc: Encoder, mode: str) -> EventBuffer | None:
+    """The encoder's buffer, keeping its events as ``mode`` writes them ("sse": SSE bytes,
+    "text": websocket frame texts) from now on; None as for ``buffered``."""
+    buf = buffered(enc)
+    if buf is not None and buf.mode != mode:
+        buf.mode = mode
+        enc.sse_wire = mode == "sse"  # its text deltas framed from now on
+        buf.wire = enc.framed(buf.frames) if mode == "sse" else texts(buf.frames)
+    return buf
+
+
+def texts(frames: Frames) -> list[str]:
+    """Each event as the text of its websocket frame (decoded once, a run at a time)."""
+    return [body.decode() for _, body in frames]
+
+
 def buffered(enc: Encoder) -> EventBuffer | None:
     """The encoder's buffer, made on first use; None for a reply still arriving (a remote
     tier's): its events are made as its tokens come."""
@@ -226,14 +263,26 @@ def buffered(enc: Encoder) -> EventBuffer | None:
 
 
 _NAMED: dict[str, bytes] = {}  # event type -> its SSE lines' beginning
+WIRE = "\x00wire"
+"""The kind of an event whose body is its SSE bytes already: an encoder whose stream goes out
+as SSE (``Encoder.sse_wire``) writes its text deltas framed, saving a second copy per token."""
+
+
+def sse_head(kind: str, named: bool) -> bytes:
+    """What comes before an event's JSON body in SSE."""
+    return b"event: " + kind.encode() + b"\ndata: " if named else b"data: "
 
 
 def sse_framed(frames: Frames, named: bool) -> list[bytes]:
-    """Each event as SSE: ``event:`` and ``data:`` lines, or ``data:`` alone (Chat)."""
+    """Each event as SSE: ``event:`` and ``data:`` lines, or ``data:`` alone (Chat); a
+    ``WIRE`` event as it is."""
     if not named:
-        return [b"data: " + body + b"\n\n" for _, body in frames]
+        return [body if kind is WIRE else b"data: " + body + b"\n\n" for kind, body in frames]
     out = []
     for kind, body in frames:
+        if kind is WIRE:
+            out.append(body)
+            continue
         head = _NAMED.get(kind)
         if head is None:
             head = _NAMED[kind] = b"event: " + kind.encode() + b"\ndata: "

@@ -341,12 +341,16 @@ class Session(ConnectionLife):
         clock = asyncio.get_running_loop().time
         enc = turn.encoder
         assert enc is not None
-        tokens = enc.frame_tokens
+        texts = enc.text_tokens
+        send = self.ws.scope.get(RAW_SEND) or self.ws.send
 
         def push(start: int, count: int) -> Coroutine[Any, Any, None]:
             """Push mode (``gateway.push``): the send of these tokens' events, which the
-            engine's step runs."""
-            return self._send(tokens(start, count), sid)
+            engine's step runs; one event (the usual case) is the server's send itself."""
+            events = texts(start, count)
+            if sid is None and len(events) == 1:
+                return send({"type": "websocket.send", "text": events[0]})
+            return self._send_texts(events, sid)
 
         events = turn.frames(push)
         try:
@@ -354,6 +358,10 @@ class Session(ConnectionLife):
                 turn.writing_since = clock()  # the watchdog cuts a write pending too long
                 await self._send(frames, sid)
                 turn.writing_since = 0.0
+        except Exception as exc:
+            if exc is turn.write_error:  # a pushed write's: the socket went away
+                raise _SocketGone() from exc
+            raise
         finally:
             turn.writer = None
             await events.aclose()  # type: ignore[attr-defined]
@@ -369,15 +377,18 @@ class Session(ConnectionLife):
         """One text frame per event, with the server's own ``send`` (``RAW_SEND``): a turn's
         events skip Starlette's per-message checks and middleware wrappers (the socket is open:
         the session accepted it; a closed one makes the server's send raise)."""
+        await self._send_texts([body.decode() for _, body in events], sid)
+
+    async def _send_texts(self, events: list[str], sid: str | None) -> None:
         send = self.ws.scope.get(RAW_SEND) or self.ws.send
         try:
             if sid is None:
-                for _, body in events:
-                    await send({"type": "websocket.send", "text": body.decode()})
+                for text in events:
+                    await send({"type": "websocket.send", "text": text})
             else:
-                tail = b',"stream_id":' + orjson.dumps(sid) + b"}"
-                for _, body in events:
-                    await send({"type": "websocket.send", "text": (body[:-1] + tail).decode()})
+                tail = ',"stream_id":' + orjson.dumps(sid).decode() + "}"
+                for text in events:
+                    await send({"type": "websocket.send", "text": text[:-1] + tail})
         except Exception as exc:  # closed socket: uvicorn raises several kinds
             raise _SocketGone() from exc
 

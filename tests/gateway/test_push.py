@@ -25,7 +25,7 @@ from gateway import protocols
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.protocols.base import RequestContext
-from gateway.push import WriteFailed, finish_send
+from gateway.push import SENT, WriteFailed, finish_send, start_send
 from gateway.state import CUT
 from gateway.turn import Turn
 
@@ -197,21 +197,24 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
         await gate.wait()
         log.append("after")
 
-    send = waits()
-    waiting = send.send(None)
-    assert log == ["before"]
+    sender, waiting = start_send(waits())
+    assert log == ["before"] and waiting is not SENT
     asyncio.get_running_loop().call_later(0.001, gate.set)
-    await finish_send(send, waiting)
+    await finish_send(sender, waiting)
     assert log[-1] == "after"
+
+    async def returns_at_once() -> None:
+        log.append("at once")
+
+    assert start_send(returns_at_once())[1] is SENT and log[-1] == "at once"
 
     async def fails_later() -> None:
         await asyncio.sleep(0)
         raise OSError("closed")
 
-    send = fails_later()
-    waiting = send.send(None)
+    sender, waiting = start_send(fails_later())
     with pytest.raises(WriteFailed) as info:
-        await finish_send(send, waiting)
+        await finish_send(sender, waiting)
     assert isinstance(info.value.error, OSError)
 
     closed: list[bool] = []
@@ -222,8 +225,7 @@ async def test_a_send_that_waits_is_finished_by_the_awaiting_task() -> None:
         finally:
             closed.append(True)
 
-    send = hangs()
-    task = asyncio.ensure_future(finish_send(send, send.send(None)))
+    task = asyncio.ensure_future(finish_send(*start_send(hangs())))
     await asyncio.sleep(0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -296,3 +298,94 @@ def test_a_reader_that_pauses_gets_the_whole_stream_over_a_real_socket(server_fa
     while (after := spark_usage()) == before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1500)
+
+
+def test_a_shared_reply_is_laid_out_once_and_groups_the_same() -> None:
+    """A scripted reply is one immutable Generation shared by every request: its ``Runs`` are
+    made once; another reply (even an equal one) gets its own; grouping from the shared layout
+    gives the same events as grouping piece by piece."""
+    from backends.mockmodel import TEXT, Piece
+    from gateway.protocols.events import grouped, runs_of
+
+    # 20 tokens of text, then 3 of the first tool call's arguments
+    pieces = tuple(Piece(f"w{i} ", TEXT) for i in range(20)) + (Piece('{"a":', 0),) * 3
+    assert runs_of(pieces) is runs_of(pieces)
+    other = pieces[:-1] + (Piece('{"a":', 0),)  # an equal reply, a separate object
+    assert other == pieces and runs_of(other) is not runs_of(pieces)
+    fast = [(i, p.text, p.tool) for i, p in grouped(pieces, 0, 23, 8, None, None,
+                                                    runs_of(pieces))]
+    slow = [(i, p.text, p.tool) for i, p in grouped(pieces, 0, 23, 8, None, None)]
+    assert fast == slow and len(fast) == 4  # 8 + 8 + (4 text, 3 arguments)
+
+
+async def test_a_websocket_write_that_fails_while_pushing_ends_the_turn_quietly(
+        app_for, caplog) -> None:
+    """Over the websocket a pushed event is the server's own send; when it raises (the peer
+    went away), the turn ends as a socket gone — settled once, its slot freed — not as a bug
+    of the turn (no "turn failed" log, no error event attempted)."""
+    app = await app_for(1)
+    body = {"type": "response.create", **BODIES["/v1/responses"]}
+    del body["stream"]
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    for message in ({"type": "websocket.connect"},
+                    {"type": "websocket.receive", "text": orjson.dumps(body).decode()}):
+        inbox.put_nowait(message)
+    deltas: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send":
+            event = orjson.loads(message["text"])
+            if event["type"] == "response.output_text.delta":
+                if len(deltas) == 5:  # the sixth token event: the peer is gone (the server
+                    # hears of it from its reader a moment after the write failed)
+                    asyncio.get_running_loop().call_later(
+                        0.05, inbox.put_nowait, {"type": "websocket.disconnect", "code": 1006})
+                    raise ConnectionResetError("peer gone")
+                deltas.append(event["delta"])
+
+    scope = {"type": "websocket", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "scheme": "ws", "path": "/v1/responses", "raw_path": b"/v1/responses",
+             "query_string": b"", "root_path": "", "headers": [], "subprotocols": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "state": {}}
+    gateway = app.state.gateway
+    settled: list[tuple[int, Any]] = []
+    settle = gateway.settle
+
+    def counted(job: Any, status: int = 200, ended: str | None = None) -> None:
+        if not job.settled:
+            settled.append((status, job))
+        settle(job, status, ended)
+
+    gateway.settle = counted
+    with caplog.at_level("ERROR"):
+        await asyncio.wait_for(app(scope, inbox.get, send), 10)
+    assert len(deltas) == 5 and "".join(deltas) == REPLY[: len("".join(deltas))]
+    assert not [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(settled) == 1 and settled[0][0] == 499  # once, as a client gone
+    assert 5 <= settled[0][1].billed_output < N_TOKENS  # what was made, not the whole reply
+    assert await busy(app) == 0
+
+
+@pytest.mark.parametrize("interval", [1, 8])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/v1/messages"])
+async def test_text_deltas_written_as_sse_are_the_framed_events(app_for, path, interval) -> None:
+    """Over SSE an encoder writes its text deltas as their SSE bytes (``WIRE``): the stream
+    is byte for byte what framing its plain events gives."""
+    from gateway.protocols.events import WIRE
+
+    app = await app_for(interval)
+    proto = protocols.ENDPOINTS[path[len("/v1"):]]
+    turn = Turn(app.state.gateway, proto, proto.validate(BODIES[path]),
+                RequestContext({}, False, app.state.responses))
+    await turn.start()
+    job, wired = turn.job, turn.encoder
+    plain = proto.encoder(job, turn.req, turn.request)
+    n = job.gen.output_tokens
+    for enc in (wired, plain):
+        enc.interval = interval
+        enc.opening()
+    sent = b"".join(wired.sse_tokens(s, min(interval, n - s)) for s in range(0, n, interval))
+    assert sent == plain.sse(plain.tokens(0, n))
+    assert any(kind is WIRE for kind, _ in wired._buffer.frames)  # the framed path was taken
+    job.cancel()
+    turn.settle(499)

@@ -9,6 +9,7 @@ import orjson
 from ...errors import APIError
 from ...job import Job
 from ..base import Encoder, Frames
+from ..events import WIRE
 from ..sealed import thinking_signature
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -153,16 +154,20 @@ class MessagesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
+        thought, off, prefix, dumps = self.thought, self.off, self._text_prefix, orjson.dumps
+        kind, suffix = "content_block_delta", b"}}"
+        if self.sse_wire:  # text deltas as their SSE bytes (gateway.protocols.events.WIRE)
+            kind, prefix, suffix = WIRE, self.wire_prefix(kind, prefix), b"}}\n\n"
         for i, piece in self.pieces(start, start + count, out):
-            if i < self.thought:
+            if i < thought:
                 out += self._thinking(i, piece.text)
                 continue
-            index = self.off + max(piece.tool, 0)
+            tool = piece.tool
+            index = off + tool if tool > 0 else off
             if self._open != index:
                 out += self._switch(index)
-            if piece.tool < 0:
-                out.append(("content_block_delta",
-                            self._text_prefix + orjson.dumps(piece.text) + b"}}"))
+            if tool < 0:
+                out.append((kind, prefix + dumps(piece.text) + suffix))
             else:
                 out.append(self._event("content_block_delta", {
                     "type": "content_block_delta", "index": index,

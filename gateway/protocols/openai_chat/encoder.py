@@ -14,6 +14,7 @@ from ...errors import APIError
 from ...job import Job
 from ...routing import service_tier_label
 from ..base import Encoder, Frames
+from ..events import WIRE
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"
@@ -92,12 +93,17 @@ class ChatEncoder(Encoder):
         return [("", self.head + b'{"role":"assistant","content":"","refusal":null}' + self.tail)]
 
     def tokens(self, start: int, count: int) -> Frames:
-        cp, cs, dumps = self.content_prefix, self.content_suffix, orjson.dumps
+        if self.sse_wire:  # text chunks as their SSE bytes (gateway.protocols.events.WIRE)
+            kind, cp, cs = WIRE, self.wire_prefix("", self.content_prefix), self.content_suffix \
+                + b"\n\n"
+        else:
+            kind, cp, cs = "", self.content_prefix, self.content_suffix
+        dumps = orjson.dumps
         out: Frames = []
         # reasoning comes first and is not shown in Chat Completions (only counted in usage)
         for _, piece in self.pieces(max(start, self.job.gen.reasoning_tokens), start + count, out):
             if piece.tool < 0:
-                out.append(("", cp + dumps(piece.text) + cs))
+                out.append((kind, cp + dumps(piece.text) + cs))
             else:
                 out.append(("", self._tool_delta(piece.tool, piece.text)))
         return out

@@ -10,6 +10,7 @@ from ...errors import APIError
 from ...job import Job
 from ...routing import service_tier_label
 from ..base import Encoder, Frames
+from ..events import WIRE
 from .reasoning import ReasoningItem
 from .schema import ResponsesRequest, ResponsesToolChoice
 
@@ -147,6 +148,9 @@ class ResponsesEncoder(Encoder):
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
         thought, base = self.thought, self.base
+        kind, prefix, form = "response.output_text.delta", self._delta_prefix, b"%b%b%b%d}"
+        if self.sse_wire:  # text deltas as their SSE bytes (gateway.protocols.events.WIRE)
+            kind, prefix, form = WIRE, self.wire_prefix(kind, prefix), b"%b%b%b%d}\n\n"
         for i, piece in self.pieces(start, start + count, out):
             if i < thought:
                 assert self.reasoning is not None
@@ -158,10 +162,9 @@ class ResponsesEncoder(Encoder):
                     self._open_items.add(0)
                     out += self._open_message()
                 self._text.append(piece.text)
-                body = (self._delta_prefix + orjson.dumps(piece.text) + self._delta_mid
-                        + str(self.seq).encode() + b"}")
+                out.append((kind, form % (prefix, orjson.dumps(piece.text), self._delta_mid,
+                                          self.seq)))
                 self.seq += 1
-                out.append(("response.output_text.delta", body))
             else:
                 if k not in self._open_items:
                     self._open_items.add(k)
