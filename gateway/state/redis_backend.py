@@ -14,7 +14,8 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
   however many rows there are.
 - **responses**: ``put_response`` wakes a writer task that sends every pending response in one
   pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
-  trip later); entries expire after ``response_ttl_s``.
+  trip later; a read that misses asks again for up to ~1 s, so such a continuation waits for
+  the write instead of failing); entries expire after ``response_ttl_s``.
 - **settings**: a hash per namespace; writes are awaited, reads served from memory and
   refreshed from Redis every ``flush_interval_s`` (so rules set on one gateway apply on all).
 
@@ -86,6 +87,9 @@ def _str(x: Any) -> str:
 def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
+
+# the waits (seconds) before asking Redis again for a response not there yet (get_response)
+RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
 
 class RedisState(StateBackend):
     def __init__(self, url: str, *, prefix: str = "fastmode:", flush_interval_s: float = 0.25,
@@ -257,10 +261,21 @@ class RedisState(StateBackend):
         return self._cache.get(rid)
 
     async def get_response(self, rid: str) -> StoredResponse | None:
+        """A stored response, from this process's cache or Redis. A miss is asked again a few
+        times over ~1 s (``RESPONSE_WAITS_S``) before it is one: the gateway that answered
+        writes its response to Redis a moment after the answer (a writer task, off the
+        request's path), and a client that continues at once on another gateway can get here
+        first. Only an id nobody stored pays the wait (its 4xx comes ~1 s later)."""
         hit = self._cache.get(rid)
         if hit is not None or self._r is None:
             return hit
-        raw = await self._r.get(self._k("resp", rid))
+        key = self._k("resp", rid)
+        raw = await self._r.get(key)
+        for wait in RESPONSE_WAITS_S:
+            if raw is not None:
+                break
+            await asyncio.sleep(wait)
+            raw = await self._r.get(key)
         if raw is None:
             return None
         item = StoredResponse.decode(raw)
