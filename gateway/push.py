@@ -59,11 +59,17 @@ def _sender() -> Generator[Any, Any, None]:
         coro = yield SENT
 
 
+def new_sender() -> Generator[Any, Any, None]:
+    """A ``_sender`` ready to be handed sends."""
+    sender = _sender()
+    sender.send(None)
+    return sender
+
+
 def start_send(send: Coroutine[Any, Any, None]) -> tuple[Generator[Any, Any, None], Any]:
     """Run ``send`` as push mode does: (its sender, ``SENT`` if it ran to its end, else what
     it waits on, for ``finish_send``)."""
-    sender = _sender()
-    sender.send(None)
+    sender = new_sender()
     return sender, sender.send(send)
 
 
@@ -102,8 +108,7 @@ async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -
     done: asyncio.Future[Any] = loop.create_future()
     replica = stream.replica
 
-    sender = _sender()
-    sender.send(None)
+    sender = new_sender()
     run = sender.send
 
     def due(start: int, n: int) -> bool:

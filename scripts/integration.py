@@ -44,24 +44,8 @@ COMPOSE = ROOT / "docker-compose.yml"
 TEST_SERVICE = "integration-tests"
 CONTAINER_PORT = "8000"
 
-
-def free_port() -> int:
-    """A loopback port to hand to a server that must be told its port. Not pick-and-hope: the
-    port is bound, listened on and connected to once, and the accepted end closed first, so it
-    sits in TIME_WAIT for a minute: the kernel gives it to no other ``bind(port 0)`` nor
-    outgoing connection meanwhile (another test or benchmark process cannot take it first),
-    while a server binding it with SO_REUSEADDR (uvicorn, `fastmode serve`, redis-server)
-    takes it at once."""
-    with socket.socket() as srv:
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        port: int = srv.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)) as cli:
-            conn, _ = srv.accept()
-            conn.close()  # the port's own end closes first: it is the one left in TIME_WAIT
-            cli.recv(1)
-    return port
+sys.path.insert(0, str(ROOT / "bench"))
+from harness import free_port  # noqa: E402  (the benchmarks' port reservation, one copy)
 
 
 def env_name(service: str) -> str:

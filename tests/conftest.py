@@ -23,6 +23,10 @@ from typing import IO
 import httpx
 import pytest
 
+# a port for a program that must be told its port up front (redis-server, chromedriver): one
+# implementation for the tests, the benchmarks and the compose run (see its docstring)
+from bench.harness import free_port  # noqa: F401  (re-exported to the test modules)
+
 ROOT = Path(__file__).resolve().parent.parent
 # every gateway the tests start (in process or as `fastmode serve`) keeps its usage ledger in a
 # scratch file of this process (gateway.config: [state] path), not in the working directory;
@@ -35,25 +39,6 @@ if os.environ.get("FASTMODE_LEDGER") in (None, os.environ.get("FASTMODE_TESTS_LE
 BANNER = re.compile(rb"OpenAI base_url:\s+(http://\S+?)/v1\s")
 # how many times faster the hardware of ``quick_server`` is (see quick_config_text)
 QUICK = 40
-
-
-def free_port() -> int:
-    """A loopback port for a program that must be told its port up front (redis-server,
-    chromedriver). Not pick-and-hope: the port is bound, listened on and connected to once, and
-    the accepted end closed first, so the port sits in TIME_WAIT for a minute — the kernel then
-    hands it to no other ``bind(port 0)`` nor outgoing connection (another xdist worker's
-    server or client), while a server binding it with SO_REUSEADDR (redis-server, uvicorn,
-    `fastmode serve` all do) takes it at once. Servers of our own bind port 0 instead."""
-    with socket.socket() as srv:
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        port: int = srv.getsockname()[1]
-        with socket.create_connection(("127.0.0.1", port)) as cli:
-            conn, _ = srv.accept()
-            conn.close()  # the port's own end closes first: it is the one left in TIME_WAIT
-            cli.recv(1)
-    return port
 
 
 def bound_socket() -> socket.socket:

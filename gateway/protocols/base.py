@@ -153,7 +153,9 @@ class Encoder(ABC):
         return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
 
     def text_tokens(self, start: int, count: int) -> list[str]:
-        """The same for the websocket's push mode: each event as its frame's text."""
+        """The same for the websocket's push mode: each event as its frame's text. (The common
+        case is inlined here as in ``sse_tokens`` rather than shared through ``span``: a call
+        per event measured 1.26x the bare app against 1.22x inline on the websocket.)"""
         buf = self._buffer
         if buf is None or buf.mode != "text":
             buf = wired(self, "text")
