@@ -1,12 +1,13 @@
-"""The gateway's protocol-neutral core: a ``TurnRequest`` in, an admitted ``Job`` out.
+"""The gateway's protocol-neutral core: a ``TurnRequest`` in, one ``Decision``, an admitted ``Job``.
 
-``Gateway`` owns the in-process deployments (one real-time driver per deployment), routes a
-request to its tier, checks auth and limits, asks the mock model for the whole reply, and
-queues it in the engine, applying the overflow policy when the tier is full or its modeled
-queue wait is over the bound (``gateway.overflow``). It also holds what every turn shares: the
-state backend (ledger, buckets, responses, settings), the fault injector and the set of turns
-in flight (for the stalled-reader watchdog and graceful shutdown). No physics and no wire
-format live here.
+``Gateway`` holds what every turn shares — the config, the router, auth, the fault injector,
+the state backend (ledger, buckets, responses, settings), the metrics, the turns in flight
+(for the stalled-reader watchdog and graceful shutdown) — and runs the one admission path of
+every tier: ``decide`` resolves a request once (``gateway.decision``), ``admit`` runs the
+checks every tier gets (context window, the key's limits) and hands a ``Ticket`` to the tier's
+backend (``gateway.tickets``: the in-process engine, ``gateway.engine_admission``, or a remote
+pool, ``gateway.remote``), then applies the overflow policy of the role when the backend
+refuses (``gateway.overflow``). No physics and no wire format live here.
 """
 
 from __future__ import annotations
@@ -14,46 +15,28 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from backends.drivers import (
-    Overloaded,
-    PoolHandle,
-    RealtimeFleet,
-    RealtimeReplica,
-    TokenStream,
-    TooLarge,
-)
 from backends.engine import EngineSpec, Tier, build
-from backends.mockmodel import Generation, generate
-from backends.prefix_cache import PrefixKey
-from backends.scheduler import Scheduler, StepResult
+from backends.scheduler import Scheduler
 
 from . import overflow
 from .auth import Authenticator
-from .caching import cache_writes
 from .config import Config
+from .decision import Decision, decide
+from .engine_admission import EngineAdmission
 from .errors import APIError
 from .faults import FaultInjector
-from .ids import new_id
 from .job import Job
 from .ledger import job_row
 from .metrics import Metrics, add_gauge
-from .netem import network_time
 from .request import TurnRequest
-from .routing import Router, flex_busy
+from .roles import STANDARD
+from .routing import Router, busy
 from .settlement import settle
 from .state import StateBackend, UsageRow, open_state
-
-
-class _Refused(Exception):
-    """The engine will not take the request now; ``retry_s`` is when it modeled it would."""
-
-    def __init__(self, retry_s: float, wait_s: float | None) -> None:
-        super().__init__("refused")
-        self.retry_s = retry_s
-        self.wait_s = wait_s  # the modeled queue wait, when that was the reason
+from .tickets import Admission, Refused, Ticket
 
 
 class Gateway:
@@ -61,20 +44,18 @@ class Gateway:
         self.config = config
         self.spec: EngineSpec = build(config.sim())
         self.router = Router(config, self.spec)
-        self.metrics = Metrics(self._replica_states)
+        self.engine = EngineAdmission(self.spec, config.server)
+        self.metrics = Metrics(self.engine.replica_states)
         self.state = state or open_state(config.state.path, config.state.flush_interval_s,
                                          config.state.redis_url)
         self.auth = Authenticator(config.auth, state=self.state, on_reject=self._auth_rejected)
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
-        self.deployments: dict[str, PoolHandle] = {}
-        self.fleet: RealtimeFleet | None = None  # every deployment, and the fleet that moves them
+        # tier name -> the backend of a tier not served in process (``gateway.remote``)
+        self.backends: dict[str, Admission] = {}
         self.started_at = time.time()
         self.draining = False  # graceful shutdown began: new requests are refused
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose
         self.turns: set[Any] = set()  # turns in flight (gateway.turn.Turn)
-        self.queues = overflow.QueueModel()
-        self._step_s: dict[int, float] = {}  # id(scheduler) -> its last step's duration
-        self._jobs: set[Job] = set()
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 
@@ -82,34 +63,35 @@ class Gateway:
 
     async def start(self) -> None:
         await self.state.start()
-        self.fleet = RealtimeFleet(self.spec, self._stepped)  # backends.fleet: pools, tenants
-        self.deployments = self.fleet.deployments
-        self.fleet.start()
+        self.engine.start()
 
-    def _stepped(self, replica: RealtimeReplica, result: StepResult) -> None:
-        self._step_s[id(replica.scheduler)] = result.end - result.start
+    @property
+    def deployments(self) -> dict[str, Any]:
+        return self.engine.deployments
+
+    @property
+    def fleet(self) -> Any:
+        return self.engine.fleet
 
     def step_seconds(self, sched: Scheduler) -> float:
-        """The duration of the replica's last step (0 before its first): the unit of the
-        modeled queue wait (``overflow.QueueModel``)."""
-        return self._step_s.get(id(sched), 0.0)
+        return self.engine.step_seconds(sched)
 
     def modeled_wait(self, sched: Scheduler) -> float:
         """Seconds a request arriving now would wait in this replica's queue (modeled)."""
-        return self.queues.wait_steps(sched)[0] * self.step_seconds(sched)
+        return self.engine.modeled_wait(sched)
 
     async def stop(self, drain_s: float = 30.0) -> None:
         """Let running requests finish (they are billed), then stop the replicas and flush
         the ledger."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + drain_s
-        while self._jobs and loop.time() < deadline:
+        jobs = self.engine.jobs
+        while jobs and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        for job in list(self._jobs):
+        for job in list(jobs):
             job.cancel()
             self.settle(job, 503, ended="shutdown")
-        if self.fleet is not None:
-            await self.fleet.stop()
+        await self.engine.stop()
         await self.state.close()
 
     def _auth_rejected(self, status: int, tier: str) -> None:
@@ -124,134 +106,86 @@ class Gateway:
         return scheme.lower() == "bearer" and token.strip() == admin.key
 
     def _replica_states(self) -> Iterator[tuple[str, str, Scheduler]]:
-        for name, dep in self.deployments.items():
-            for r in dep.replicas:
-                yield name, r.name, r.scheduler
+        return self.engine.replica_states()
 
-    # -- routing (delegated) ---------------------------------------------------------------
+    # -- the decision -----------------------------------------------------------------------
 
     @property
     def models(self) -> list[str]:
         return self.router.models
 
-    def resolve(self, model: str, fast: bool, flex: bool = False) -> Tier:
-        return self.router.resolve(model, fast, flex)
-
-    # -- admission ------------------------------------------------------------------------
-
-    def admit(self, turn: TurnRequest, fast_full: bool = False) -> Job:
-        """Route, check limits, generate the reply and queue it in the engine.
-
-        ``fast_full``: treat the fast pool as full (the ``fast-exhausted`` fault).
-        Raises APIError (404 model, 400 context, 401/403 auth, 429 limits/fast full, 503/429
-        overload or a modeled queue wait over ``server.max_queue_wait_s``).
-        """
-        server = self.config.server
+    def decide(self, request: TurnRequest, headers: Mapping[str, str] | None = None,
+               param: str = "service_tier") -> Decision:
+        """Resolve a request once: who asks, which role and tier serve it, which fault it
+        drew. Raises APIError (503 draining, 401, 404 model, 400 role not offered)."""
         if self.draining:
             raise shutting_down()
-        principal = self.auth.authenticate(turn.authorization)
-        tier = self.router.resolve(turn.model, turn.fast, turn.flex)
-        requested = tier.name
-        prompt = turn.prompt_tokens
-        cap = self.router.max_output(tier, prompt, turn.max_tokens)
-        headers = self.auth.check(principal, tier.name, prompt + cap, prompt, cap,
-                                  fast=turn.fast and tier.name != self.router.resolve(
-                                      turn.model, False).name)
-        gen = self._generate(turn, tier, cap)
-        output = max(gen.output_tokens, 1)
-        standard = self.router.resolve(turn.model, False)
-        on_fast = turn.fast and requested != standard.name
-        refused: _Refused | None = None
-        stream: TokenStream | None = None
-        try:
-            if on_fast and fast_full:
-                raise _Refused(server.retry_after_s, None)
-            stream = self._submit(tier, prompt, output, turn.cached_tokens, turn.prefix)
-        except _Refused as exc:
-            refused = exc
-        if stream is None and on_fast:
-            assert refused is not None
-            if server.fast_overflow != "downgrade":
-                self.metrics.record(requested, 429)
-                self.metrics.rejections.labels("fast_full", requested).inc()
-                raise overflow.fast_full(requested, server, refused.retry_s)
-            tier = standard
-            self.metrics.downgrades.labels(tier.name).inc()
-            try:
-                stream = self._submit(tier, prompt, output, turn.cached_tokens, turn.prefix)
-            except _Refused as exc:
-                refused = exc
-        if stream is None:
-            assert refused is not None
-            self.metrics.record(tier.name, server.overload_status)
-            reason = "queue_full" if refused.wait_s is None else "queue_wait"
-            self.metrics.rejections.labels(reason, tier.name).inc()
-            if self.router.is_flex(turn.model, tier.name):  # flex answers 429 when busy
-                raise flex_busy(tier.name, max(refused.retry_s, server.retry_after_s))
-            raise overflow.overloaded(server, refused.retry_s, refused.wait_s)
-        job = Job(
-            id=new_id("req"),
-            model=turn.model,
-            tier=tier,
-            requested_tier=requested,
-            gen=gen,
-            prompt_tokens=prompt,
-            cached_tokens=min(stream.seq.cached_tokens, prompt),  # a continuation, or a hit
-            stream=stream,
-            created=int(time.time()),
-            principal=principal,
-            network_s=network_time.get(),  # emulated network time already slept (gateway.netem)
-            headers=headers,
+        return decide(self.router, self.auth, self.faults, request.model, request.role,
+                      request.authorization, headers or {}, param)
+
+    def backend(self, tier: Tier) -> Admission:
+        """Who admits on ``tier``: its remote pool, else the in-process engine."""
+        return self.backends.get(tier.name, self.engine)
+
+    # -- admission: one path for every tier -------------------------------------------------
+
+    async def admit(self, request: TurnRequest, decision: Decision | None = None, *,
+                    stream: bool | None = None,
+                    disconnected: Callable[[], Awaitable[None]] | None = None) -> Job:
+        """Check the request against its tier (context window, the key's limits), admit it on
+        the tier's backend, and apply the role's overflow policy if the backend refuses:
+        a premium role downgrades to standard (``server.fast_overflow = "downgrade"``) or
+        answers 429; a role that is busy "later" (flex) answers 429; any other, the overload
+        status. Raises APIError."""
+        if decision is None:
+            decision = self.decide(request)
+        if self.draining:
+            raise shutting_down()
+        tier, prompt = decision.tier, request.prompt_tokens
+        cap = self.router.max_output(tier, prompt, request.max_tokens)
+        headers = self.auth.check(decision.principal, tier.name, prompt + cap, prompt, cap,
+                                  fast=decision.role.premium)
+        fault = decision.fault
+        ticket = Ticket(
+            request, decision, tier, decision.role, cap, headers,
+            stream=request.stream if stream is None else stream,
+            pool_full=(fault is not None and fault.kind == "fast-exhausted"
+                       and decision.on_premium_pool),
+            disconnected=disconnected,
         )
-        job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(turn.prefix, stream)
-        stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
-        stream.interval = tier.stream_interval  # tokens per event (read before the first wait)
-        self._jobs.add(job)
-        return job
-
-    def _generate(self, turn: TurnRequest, tier: Tier, cap: int) -> Generation:
-        r = turn.generation
-        thinks = (r.effort not in (None, "none")) or r.thinking_budget is not None
-        if thinks and not tier.behavior.reasoning.enabled:
-            raise APIError(400, f"Unsupported parameter: '{turn.reasoning_param}' is not "
-                           f"supported with the model `{turn.model}`.",
-                           param=turn.reasoning_param, code="unsupported_parameter")
-        # a request without its own cap: the server default caps the visible reply, and
-        # reasoning may use the rest of the context window (as providers' defaults allow)
-        room = 0 if turn.max_tokens is not None else max(
-            0, tier.context_window - turn.prompt_tokens - cap)
-        req = dataclasses.replace(r, max_tokens=cap, model=turn.model, reasoning_room=room)
-        gen = generate(req, tier.quality, self.spec.scripts, tier.behavior)
-        if gen.output_tokens == 0:  # e.g. a stop sequence at the very start: one empty token
-            gen = Generation((), "", (), gen.finish_reason)
-        return gen
-
-    def _submit(self, tier: Tier, prompt: int, output: int, cached: int,
-                prefix: PrefixKey | None = None) -> TokenStream:
-        """Queue the request, or raise ``_Refused`` with the modeled time a retry would wait
-        for: when the least-loaded replica's queue is full, or its modeled wait is over
-        ``server.max_queue_wait_s``."""
-        dep = self.deployments[tier.deployment.name]
-        replica = dep.choose(prefix, prompt)  # the replica the driver will pick
-        sched = replica.scheduler
-        wait_steps, free_steps = self.queues.wait_steps(sched)
-        step_s = self.step_seconds(sched)
-        bound = self.config.server.max_queue_wait_s
-        if wait_steps * step_s > bound:
-            wait = wait_steps * step_s
-            raise _Refused(wait - bound, wait)
         try:
-            return dep.submit(prompt, output, cached, prefix, tier.priority)
-        except Overloaded:
-            self.queues.forget(sched)
-            raise _Refused(max(free_steps * step_s, step_s), None) from None
-        except TooLarge:
-            raise APIError(
-                400,
-                "The request's context does not fit in the KV cache of a replica.",
-                param="messages",
-                code="context_length_exceeded",
-            ) from None
+            return await self.backend(tier).admit(ticket)
+        except Refused as refused:
+            if not decision.on_premium_pool:
+                raise self._refusal(ticket, refused) from None
+            server = self.config.server
+            if server.fast_overflow != "downgrade":
+                self.metrics.record(tier.name, 429)
+                self.metrics.rejections.labels("fast_full", tier.name).inc()
+                raise overflow.fast_full(decision.role.name, server,
+                                         refused.retry_s) from None
+        standard = decision.standard
+        self.metrics.downgrades.labels(standard.name).inc()
+        ticket = dataclasses.replace(
+            ticket, tier=standard, role=STANDARD, pool_full=False,
+            cap=self.router.max_output(standard, prompt, request.max_tokens))
+        try:
+            return await self.backend(standard).admit(ticket)
+        except Refused as refused:
+            raise self._refusal(ticket, refused) from None
+
+    def _refusal(self, ticket: Ticket, refused: Refused) -> APIError:
+        """The answer to a refusal with nowhere else to go, counted once."""
+        tier, server = ticket.tier.name, self.config.server
+        if refused.error is not None:  # the backend's own answer (an upstream's 429 / 503)
+            self.metrics.record(tier, refused.error.status)
+            return refused.error
+        self.metrics.record(tier, server.overload_status)
+        reason = "queue_full" if refused.wait_s is None else "queue_wait"
+        self.metrics.rejections.labels(reason, tier).inc()
+        if ticket.role.busy == "retry_later":  # flex answers 429 when busy
+            return busy(ticket.role, max(refused.retry_s, server.retry_after_s))
+        return overflow.overloaded(server, refused.retry_s, refused.wait_s)
 
     # -- settlement -----------------------------------------------------------------------
 
@@ -259,7 +193,7 @@ class Gateway:
         """Count usage, cost and timings once, whether the job finished or was cut short, and
         hand its row to the ledger (written in the background)."""
         if settle(job, self.metrics, status, ended):
-            self._jobs.discard(job)
+            self.engine.jobs.discard(job)
             self.state.append_usage(job_row(job, status))
 
     def record(self, row: UsageRow) -> None:

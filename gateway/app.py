@@ -60,7 +60,8 @@ class _App(FastAPI):
 def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
     config = config or load_config()
     gateway = Gateway(config, state)
-    remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
+    remote = RemoteTiers(config, gateway.metrics, gateway.settle)  # upstream engines' tiers
+    gateway.backends.update(dict.fromkeys(remote.pools, remote))  # one admission path
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
@@ -187,14 +188,15 @@ def _error_handlers(app: FastAPI) -> None:
 
 def _model_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
     def model_card(model: str) -> dict[str, Any]:
-        tier = gateway.resolve(model, fast)
+        routed = gateway.router.route(model, "fast" if fast else "standard")
         return {
             "id": model,
             "object": "model",
             "created": int(gateway.started_at),
             "owned_by": "fastmode",
-            "context_window": tier.context_window,
-            "tier": tier.name,
+            "context_window": routed.tier.context_window,
+            # the roles the model offers (its tiers' names are the config's own, never shown)
+            "roles": sorted(gateway.config.routes[model].roles()),
         }
 
     @app.get(prefix + "/models")

@@ -273,15 +273,16 @@ def _marked(tools: Sequence[Mapping[str, Any]], system: Any,
     return any(isinstance(b, Mapping) and b.get("cache_control") is not None for b in blocks)
 
 
-def messages_prefix(req: Any, fast: bool, prompt_tokens: int) -> PrefixKey | None:
-    """The ``PrefixKey`` of an Anthropic Messages request (``speed`` is part of it)."""
+def messages_prefix(req: Any, role: str, prompt_tokens: int) -> PrefixKey | None:
+    """The ``PrefixKey`` of an Anthropic Messages request (the speed asked, its role, is part
+    of it: switching speed misses the cache)."""
     tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
     messages = [(m.role, m.content) for m in req.messages]
     top = getattr(req, "cache_control", None)
     if top is None and not _marked(tools, req.system, messages):
         return None
     units, marks = anthropic_blocks(tools, req.system, messages)
-    salt = f"{req.model}|speed={'fast' if fast else 'standard'}"
+    salt = f"{req.model}|speed={role}"
     return anthropic_prefix(units, marks, top, prompt_tokens, salt)
 
 

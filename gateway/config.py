@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from backends.config import SimConfig, Strict
 
@@ -121,9 +121,28 @@ class AdminConfig(Strict):
 
 
 class RouteConfig(Strict):
+    """``[routes.MODEL]``: which tier serves each role (``gateway.roles``) for this model id.
+    ``standard`` is required; ``fast`` (absent: fast requests are served standard), ``flex``
+    (absent: a 400) and any other role a protocol's vocabulary names (e.g. ``ultrafast =
+    "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
     standard: str
-    fast: str
-    flex: str | None = None  # service_tier "flex" (gateway.routing); None: not offered
+    fast: str | None = None
+    flex: str | None = None
+
+    @model_validator(mode="after")
+    def _extra_roles_name_tiers(self) -> RouteConfig:
+        for role, tier in (self.model_extra or {}).items():
+            if not isinstance(tier, str):
+                raise ValueError(f"{role}: a tier name (a string), not {tier!r}")
+        return self
+
+    def roles(self) -> dict[str, str]:
+        """role -> tier name, for every role this model offers."""
+        out = {"standard": self.standard, "fast": self.fast, "flex": self.flex,
+               **(self.model_extra or {})}
+        return {role: tier for role, tier in out.items() if tier is not None}
 
 
 class TierLimit(Strict):
@@ -209,9 +228,8 @@ class Config(SimConfig):
     @model_validator(mode="after")
     def _routes(self) -> Config:
         for model, route in self.routes.items():
-            for kind in ("standard", "fast", "flex"):
-                tier = getattr(route, kind)
-                if tier is not None and tier not in self.tiers:
+            for kind, tier in route.roles().items():
+                if tier not in self.tiers:
                     raise ValueError(
                         f"routes.{model}.{kind}: unknown tier {tier!r}; "
                         f"allowed: {', '.join(sorted(self.tiers))}"

@@ -32,7 +32,7 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
         raise ConfigError(f"--deployment: no tier uses deployment {deployment!r}")
     tier = next((t for t in on_dep if t.name == deployment), on_dep[0])
     names = {t.name for t in on_dep}
-    models = [m for m, r in config.routes.items() if r.standard in names or r.fast in names]
+    models = [m for m, r in config.routes.items() if set(r.roles().values()) & set(names)]
     dep = config.deployments[deployment].model_dump()
     if replicas is not None:
         dep["replicas"] = replicas

@@ -14,25 +14,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from backends.drivers import TokenStream
 from backends.engine import Tier
-from backends.mockmodel import Generation
 from backends.scheduler import FINISHED
 
 from .auth import Principal
 from .caching import cache_write_premium
+from .roles import Role
+from .token_source import Reply, TokenSource
 
 
 @dataclass(eq=False)
 class Job:
     id: str
     model: str
-    tier: Tier
-    requested_tier: str
-    gen: Generation
+    tier: Tier  # the tier that serves it (physics, prices)
+    role: Role  # the role that serves it (what the encoders echo: never the tier's name)
+    requested_tier: str  # the tier of the role asked for (differs after a downgrade)
+    gen: Reply  # the mock model's Generation, or an upstream's LiveReply (gateway.remote)
     prompt_tokens: int
     cached_tokens: int
-    stream: TokenStream
+    stream: TokenSource  # the engine's TokenStream, or an upstream's stream
     created: int
     principal: Principal | None = None
     network_s: float = 0.0  # modeled network time before the first token (emulated RTT)
@@ -52,10 +53,6 @@ class Job:
     billed_output: int = 0  # set at settlement: output tokens billed
     detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
 
-    def __post_init__(self) -> None:
-        if self.gen.reasoning_tokens and isinstance(self.stream, TokenStream):
-            self.stream.watch = self.gen.reasoning_tokens  # keep its time: reasoning_time
-
     @property
     def delivered(self) -> int:
         """Tokens handed to the client so far."""
@@ -67,7 +64,7 @@ class Job:
         thought, stream = self.gen.reasoning_tokens, self.stream
         if stream.delivered <= thought:
             return -1.0
-        at = getattr(stream, "watched_at", -1.0)
+        at = stream.watched_at
         return at if at >= 0 else stream.token_at(thought)
 
     @property

@@ -17,7 +17,9 @@ from backends.prefix_cache import PrefixKey
 @dataclass
 class TurnRequest:
     model: str
-    fast: bool  # asked for the fast tier (path, service_tier priority/fast, speed: fast)
+    # the role asked for (``gateway.roles``): standard, fast, flex, ... from the protocol's
+    # vocabulary (service_tier, speed, the /fast/v1 path); never a tier's name
+    role: str
     generation: GenerationRequest  # what the mock model reads (messages, tools, seed, ...)
     prompt_tokens: int
     max_tokens: int | None  # the request's cap; None: the server default within the window
@@ -29,4 +31,3 @@ class TurnRequest:
     # the request field that asked for reasoning, named by a 400 on a model that does not reason
     reasoning_param: str = "reasoning_effort"
     prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
-    flex: bool = False  # asked for flex processing (service_tier: flex)

@@ -1,49 +1,42 @@
 """Which tier serves a request, and how many tokens it may ask for.
 
-A model id maps to a standard, a fast and optionally a flex tier (``[routes.MODEL]``); the
-request picks one by its path (``/fast/v1``), OpenAI's ``service_tier`` or Anthropic's
-``speed``. Providers name the tiers differently on the wire, so the labels live here too:
-
-| OpenAI ``service_tier`` asked | served by | echoed |
-|---|---|---|
-| absent, ``auto``, ``default``, ``scale`` | the standard tier | ``default`` |
-| ``priority``, ``fast`` (or the ``/fast/v1`` path) | the fast tier | ``priority`` |
-| ``flex`` | the flex tier (400 if the model has none) | ``flex`` |
-
-OpenAI answers ``priority`` for both ``fast`` and ``priority`` ("the response will show
-service_tier=priority regardless"), ``default`` for ``auto`` and for ``scale`` without Scale Tier
-units, and the tier actually used after a downgrade. Anthropic's ``speed`` is ``standard`` or
-``fast``; ``usage.speed`` reports what served.
+A model id maps each role (``gateway.roles``: standard, fast, flex, ...) to a tier
+(``[routes.MODEL]``); the protocol's vocabulary has already turned the wire's words
+(``service_tier``, ``speed``, the ``/fast/v1`` path) into the role asked for. Routing gives a
+``Routed``: the role that serves and its tier, and the tier a premium role falls back to. A
+model whose route has no tier of its own for a role serves it standard or refuses it, as the
+role says (``Role.if_absent``); a premium role routed to the standard tier itself (e.g.
+``frontier-spark``, whose fast and standard are one pool) is the standard role.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from backends.engine import EngineSpec, Tier
 
 from .config import Config
 from .errors import APIError, retry_headers
-
-FAST_SERVICE_TIERS = frozenset({"priority", "fast"})
-FLEX_SERVICE_TIER = "flex"
-SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
-# OpenAI's vocabulary for the tier that served a request
-SERVICE_TIER_NAMES = {"standard": "default", "fast": "priority", "flex": "flex"}
+from .roles import STANDARD, Role, role
 
 
-def service_tier_label(tier: str) -> str:
-    return SERVICE_TIER_NAMES.get(tier, "default")
+@dataclass(frozen=True)
+class Routed:
+    role: Role  # the role that serves (the one asked, or standard: see above)
+    tier: Tier  # the tier serving that role for this model
+    standard: Tier  # the model's standard tier (where a premium role overflows to)
 
 
-def flex_unavailable(model: str) -> APIError:
-    return APIError(400, f"service_tier 'flex' is not available for the model `{model}`; use "
-                    "'auto' or 'default'.", param="service_tier", code="invalid_value")
+def role_unavailable(model: str, asked: str, param: str = "service_tier") -> APIError:
+    return APIError(400, f"{param} {asked!r} is not available for the model `{model}`; use "
+                    "'auto' or 'default'.", param=param, code="invalid_value")
 
 
-def flex_busy(tier: str, retry_s: float) -> APIError:
-    """Flex capacity is short: 429, which the SDKs retry (OpenAI: "Resource Unavailable",
-    not billed)."""
-    return APIError(429, f"Resource unavailable: the {tier} pool is at capacity. Retry later, "
-                    "or send the request with service_tier 'auto'.",
+def busy(asked: Role, retry_s: float) -> APIError:
+    """A pool that answers "later" when busy (flex): 429, which the SDKs retry (OpenAI:
+    "Resource Unavailable", not billed)."""
+    return APIError(429, f"Resource unavailable: the {asked.name} capacity is exhausted. Retry "
+                    "later, or send the request with service_tier 'auto'.",
                     code="resource_unavailable", type="requests", headers=retry_headers(retry_s))
 
 
@@ -56,7 +49,10 @@ class Router:
     def models(self) -> list[str]:
         return list(self.config.routes)
 
-    def resolve(self, model: str, fast: bool, flex: bool = False) -> Tier:
+    def route(self, model: str, asked: str = "standard", param: str = "service_tier"
+              ) -> Routed:
+        """The role and tier serving ``asked`` for ``model``: 404 for an unknown model, 400
+        for a role the model does not offer and may not be served standard."""
         route = self.config.routes.get(model)
         if route is None:
             raise APIError(
@@ -66,17 +62,18 @@ class Router:
                 param="model",
                 code="model_not_found",
             )
-        if fast:
-            return self.spec.tiers[route.fast]
-        if flex:
-            if route.flex is None:
-                raise flex_unavailable(model)
-            return self.spec.tiers[route.flex]
-        return self.spec.tiers[route.standard]
-
-    def is_flex(self, model: str, tier: str) -> bool:
-        route = self.config.routes.get(model)
-        return route is not None and route.flex == tier and route.standard != tier
+        tiers = route.roles()
+        standard = self.spec.tiers[tiers["standard"]]
+        wanted = role(asked)
+        name = tiers.get(wanted.name)
+        if name is None:
+            if wanted.if_absent == "refuse":
+                raise role_unavailable(model, asked, param)
+            return Routed(STANDARD, standard, standard)
+        tier = self.spec.tiers[name]
+        if tier is standard:  # a premium role on the standard pool itself is standard
+            return Routed(STANDARD, standard, standard)
+        return Routed(wanted, tier, standard)
 
     def max_output(self, tier: Tier, prompt_tokens: int, requested: int | None) -> int:
         """The output cap: the request's, else the server default, within the context window."""

@@ -20,12 +20,7 @@ def generated_tokens(job: Job) -> int:
     """Tokens the engine has produced for ``job`` so far (read before cancelling it)."""
     if job.finished:
         return job.gen.output_tokens
-    seq = job.stream.seq
-    replica = getattr(job.stream, "replica", None)  # None: an upstream's stream (remote tier)
-    if replica is None or getattr(seq, "first_step", -1) < 0:
-        return job.delivered
-    done = replica.done_index  # the last step whose tokens exist (a planned one runs ahead)
-    return max(job.delivered, seq.tokens_after(done))
+    return job.stream.produced()
 
 
 def billed_output(job: Job) -> int:

@@ -24,7 +24,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from backends.drivers import TokenStream
+
 from .admission import Gateway, shutting_down
+from .decision import Decision
 from .errors import APIError
 from .faults import STATUS_KINDS, STREAM_KINDS, Fault
 from .ids import new_id
@@ -34,6 +37,7 @@ from .protocols.base import Encoder, Frames, Protocol, RequestContext
 from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .state import CUT, FAILED
+from .tickets import ClientGone
 
 log = logging.getLogger("fastmode.turn")
 
@@ -56,10 +60,6 @@ def lagging(lag: float, bound: float) -> APIError:
                     code="stream_reader_too_slow", type="timeout_error")
 
 
-class ClientGone(Exception):
-    """The client went away before admission (e.g. during a ``timeout`` fault)."""
-
-
 class Turn:
     """One turn of one protocol, from a validated request to its last event."""
 
@@ -77,6 +77,7 @@ class Turn:
         self.opened = False  # the opening events went out
         self.fault: Fault | None = None
         self.stream_fault: Fault | None = None  # a mid-stream fault still to apply
+        self.decision: Decision | None = None  # what the request asked for, resolved once
         self.tier = ""  # the tier asked for, once resolved (for rejection rows)
         self.api_key = ""
         # (error, status, ended, detail): end the stream with this error (shutdown, lag)
@@ -89,45 +90,39 @@ class Turn:
 
     # -- admission ------------------------------------------------------------------------
 
-    async def start(self, remote: Any = None, *, stream: bool | None = None,
+    async def start(self, *, stream: bool | None = None,
                     disconnected: Callable[[], Awaitable[None]] | None = None) -> Job:
-        """Faults, then admission on the tier's engine (or its remote upstreams).
+        """The decision (once), its fault, then admission on the tier's backend (the engine
+        or a remote pool: one path, ``Gateway.admit``).
 
         Raises APIError (written to the ledger as a rejection) or ``ClientGone``."""
         gw, req = self.gateway, self.request
         try:
-            if gw.draining:
-                raise shutting_down()
-            principal = gw.auth.authenticate(req.authorization)
-            self.api_key = principal.key.key if principal is not None else ""
-            tier = gw.resolve(req.model, req.fast, req.flex)
-            self.tier = tier.name
-            fault = gw.faults.draw(self.ctx.headers, tier=tier.name, key=self.api_key,
-                                   model=req.model)
-            if fault is not None:
-                await self._before_admission(fault, disconnected)
-            if remote is not None and remote.serves(req.model, req.fast):
-                job = await remote.admit(self, stream=stream, disconnected=disconnected)
-            else:
-                job = self.admit(fast_full=fault is not None and fault.kind == "fast-exhausted")
+            self.decision = decision = gw.decide(req, self.ctx.headers,
+                                                 self.protocol.vocabulary.param)
+            self.tier = decision.tier.name
+            self.api_key = decision.api_key
+            if decision.fault is not None:
+                await self._before_admission(decision, decision.fault, disconnected)
+            job = await gw.admit(req, decision, stream=stream, disconnected=disconnected)
         except APIError as exc:
             gw.record(rejection_row(
                 self.request_id, req, exc, protocol=self.protocol.name,
                 transport=self.transport, tier=self.tier or "", api_key=self.api_key,
                 fault=self.fault.kind if self.fault else None))
             raise
+        self.job = job
+        self.encoder = self.protocol.encoder(job, self.req, self.request)
         job.protocol, job.transport = self.protocol.name, self.transport
         job.fault = self.fault.kind if self.fault else None
         gw.turns.add(self)
         return job
 
-    async def _before_admission(self, fault: Fault,
+    async def _before_admission(self, decision: Decision, fault: Fault,
                                 disconnected: Callable[[], Awaitable[None]] | None) -> None:
-        gw, req = self.gateway, self.request
-        if fault.kind == "fast-exhausted":
-            standard = gw.resolve(req.model, False).name
-            if not req.fast or standard == self.tier:
-                return  # not on the fast pool: nothing to exhaust
+        gw = self.gateway
+        if fault.kind == "fast-exhausted" and not decision.on_premium_pool:
+            return  # not on a premium pool of its own: nothing to exhaust
         self.fault = fault
         gw.faults.injected(fault, self.tier, self.request_id)
         if fault.kind in STATUS_KINDS and fault.kind != "fast-exhausted":
@@ -154,12 +149,6 @@ class Turn:
             raise shutting_down()
         if done:
             raise ClientGone()
-
-    def admit(self, fast_full: bool = False) -> Job:
-        job = self.gateway.admit(self.request, fast_full=fast_full)
-        self.job = job
-        self.encoder = self.protocol.encoder(job, self.req, self.request)
-        return job
 
     def headers(self, started: float) -> dict[str, str]:
         """The response headers of an admitted turn, the same for every protocol."""
@@ -245,7 +234,7 @@ class Turn:
         clock = asyncio.get_running_loop().time
         max_lag = self.gateway.config.server.stream_max_lag_s
         stream = job.stream
-        enc.interval = interval = getattr(stream, "interval", 1)  # the tier's stream_interval
+        enc.interval = interval = stream.interval  # the tier's stream_interval
         try:
             self.opened = True
             opening = frame(enc.opening())
@@ -255,14 +244,15 @@ class Turn:
                 pending = None
                 yield opening
             take, ready = stream.take, stream.ready
-            if not hasattr(stream, "listen"):
+            engine = stream if isinstance(stream, TokenStream) else None
+            if engine is None:
                 push = None  # a remote tier's stream: its tokens come over the network
             while True:  # the engine's token stream itself, no iterator layer in between
                 n = take()
                 if not n:
-                    if (push is not None and pending is None and self.stream_fault is None
-                            and self.abort is None
-                            and await pushing(self, stream, push, max_lag)):
+                    if (push is not None and engine is not None and pending is None
+                            and self.stream_fault is None and self.abort is None
+                            and await pushing(self, engine, push, max_lag)):
                         if self.abort is not None:
                             break
                         continue  # push mode ended: look at the stream again

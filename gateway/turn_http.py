@@ -31,7 +31,8 @@ from .ids import new_id
 from .limits import check_request
 from .protocols.base import Protocol, RequestContext, parse_json
 from .state import CUT, FAILED
-from .turn import ClientGone, Turn
+from .tickets import ClientGone
+from .turn import Turn
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # The server's own ``send``, put in the scope by the app (``gateway.app``): token events are
@@ -163,7 +164,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             ctx = RequestContext(request.headers, fast_path, state.responses)
             await prefetch(req, ctx)
             turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
-            job = await turn.start(state.remote, disconnected=gone)
+            job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)
         except ClientGone:

@@ -217,7 +217,7 @@ def install(gateway: Any, remote_tiers: set[str] | None = None) -> VllmMetrics:
         tiers = {t.name for t in gateway.spec.tiers.values() if t.deployment.name == name}
         if tiers and tiers <= remote_tiers:
             continue
-        models = [m for m, r in config.routes.items() if r.standard in tiers or r.fast in tiers]
+        models = [m for m, r in config.routes.items() if set(r.roles().values()) & set(tiers)]
         model = models[0] if models else config.deployments[name].model
         vm.attach(name, model, dep.replicas)
     gateway.metrics.registry.register(vm)

@@ -235,6 +235,14 @@ class TokenStream(CountStream):
     def finished(self) -> bool:
         return self.delivered >= self.seq.output_tokens
 
+    def produced(self) -> int:
+        """Tokens the engine has produced so far: those delivered and those made but not yet
+        taken (a planned step runs ahead: only steps done count)."""
+        seq = self.seq
+        if seq.first_step < 0:
+            return self.delivered
+        return max(self.delivered, seq.tokens_after(self.replica.done_index))
+
     def cancel(self) -> None:
         if not self._cancelled:
             self._cancelled = True

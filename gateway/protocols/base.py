@@ -28,6 +28,7 @@ from backends.mockmodel import Generation, Piece
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..request import TurnRequest
+from ..roles import Vocabulary
 from .events import (
     EventBuffer,
     Merged,
@@ -40,6 +41,7 @@ from .events import (
     texts,
     wired,
 )
+from .vocabulary import OPENAI_SERVICE_TIERS
 
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
@@ -185,6 +187,8 @@ class Protocol(ABC):
 
     name: ClassVar[str]
     schema: ClassVar[type[BaseModel]]
+    # its words for the roles (``service_tier`` / ``speed``): read by translate and encoders
+    vocabulary: ClassVar[Vocabulary] = OPENAI_SERVICE_TIERS
 
     def validate(self, body: dict[str, Any]) -> Any:
         return validate(self.schema, body)

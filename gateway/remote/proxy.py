@@ -27,22 +27,19 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import httpx
 from prometheus_client import Counter
 
-from backends.drivers import TokenStream
-from backends.engine import Tier
-from backends.mockmodel import Generation
-
-from ..admission import Gateway
 from ..config import Config, RemoteConfig
 from ..errors import APIError, retry_headers
 from ..ids import new_id
+from ..job import Job
+from ..metrics import Metrics
 from ..netem import network_time
 from ..request import TurnRequest
-from ..turn import ClientGone
+from ..tickets import ClientGone, Refused, Ticket
 from .http import Pool, ReadTimeout, UpstreamError
 from .http import Response as UpstreamResponse
 from .pool import Upstream, UpstreamPool, _PoolCollector
@@ -76,17 +73,19 @@ class RemoteTiers:
     """The upstream pools of one gateway app, their health checks and the admission of turns
     on remote tiers."""
 
-    def __init__(self, config: Config, gateway: Gateway) -> None:
+    def __init__(self, config: Config, metrics: Metrics,
+                 settle: Callable[[Job, int], None]) -> None:
         self.config = config
         self.settings: RemoteConfig = config.remote
-        self.gateway = gateway
+        self.metrics = metrics
+        self.settle = settle  # the gateway's settlement (once per job)
         self.pools = {name: UpstreamPool(name, cfg) for name, cfg in self.settings.tiers.items()}
         self.http: dict[str, Pool] = {}  # one keep-alive pool per upstream URL
         self.jobs: set[RemoteJob] = set()  # with an upstream request open (drained on stop)
         self._health_client: httpx.AsyncClient | None = None
         self._health_task: asyncio.Task | None = None
         if self.pools:
-            r = gateway.metrics.registry
+            r = metrics.registry
             self.attempts = Counter(
                 "fastmode_upstream_attempts",
                 "Upstream attempts by tier, upstream and outcome (ok, error: passed on, "
@@ -119,7 +118,7 @@ class RemoteTiers:
             await asyncio.sleep(0.01)
         for job in list(self.jobs):
             job.cancel()
-            self.gateway.settle(job, 499)
+            self.settle(job, 499)
         if self._health_task is not None:
             self._health_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -161,50 +160,40 @@ class RemoteTiers:
                         "upstreams": len(p.upstreams)} for name, p in self.pools.items()}
         return {"ready": all(t["in_rotation"] > 0 for t in tiers.values()), "tiers": tiers}
 
-    # -- routing --------------------------------------------------------------------------
+    # -- admission (``gateway.tickets.Admission``) ---------------------------------------------
 
-    def serves(self, model: str, fast: bool) -> bool:
-        """Whether this request's tier is remote (raises 404 for an unknown model)."""
-        return bool(self.pools) and self.gateway.resolve(model, fast).name in self.pools
+    async def admit(self, ticket: Ticket) -> RemoteJob:
+        """The ticket's request on an upstream of its tier, retried across upstreams until
+        one answers. The checks every tier gets (context window, limits) and the overflow
+        policy are the shared front's (``Gateway.admit``); a pool that is only busy (429 /
+        503 from every upstream tried) is ``Refused`` so the role's policy applies, anything
+        else (all upstreams down: 503, an upstream's 4xx) is final.
 
-    # -- admission ------------------------------------------------------------------------
-
-    async def admit(self, turn: Any, stream: bool | None = None,
-                    disconnected: Callable[[], Awaitable[None]] | None = None) -> RemoteJob:
-        """Admit ``turn`` (a ``gateway.turn.Turn``) on its remote tier: the checks of an
-        in-process admission, then the upstream request, retried across upstreams until one
-        answers. Sets ``turn.job`` and ``turn.encoder`` as ``Turn.admit`` does.
-
-        ``stream``: ask the upstream for a stream (default: as the client asked; the websocket
-        always streams). ``disconnected``: for a non-streamed request, resolves when the client
-        goes away, which abandons the upstream request (``ClientGone``; nothing is billed:
-        nothing was sent)."""
-        req: TurnRequest = turn.request
-        streaming = req.stream if stream is None else stream
-        work = self._admit(req, streaming)
-        job: RemoteJob | None
-        if streaming or disconnected is None:
-            job = await work
-        else:
-            job = await _unless(work, disconnected())
-            if job is None:
-                self.gateway.metrics.record(self.gateway.resolve(req.model, req.fast).name, 499)
-                raise ClientGone()
-        turn.job = job
-        turn.encoder = turn.protocol.encoder(job, turn.req, req)
+        A non-streamed request with ``ticket.disconnected`` gives up when the client goes
+        away (``ClientGone``; nothing is billed: nothing was sent)."""
+        work = self._admit(ticket)
+        if ticket.stream or ticket.disconnected is None:
+            return await work
+        job = await _unless(work, ticket.disconnected())
+        if job is None:
+            self.metrics.record(ticket.tier.name, 499)
+            raise ClientGone()
         return job
 
-    async def _admit(self, req: TurnRequest, streaming: bool) -> RemoteJob:
-        gw = self.gateway
-        principal = gw.auth.authenticate(req.authorization)
-        tier = gw.resolve(req.model, req.fast)
-        requested = tier.name
-        cap = gw.router.max_output(tier, req.prompt_tokens, req.max_tokens)
-        headers = gw.auth.check(principal, tier.name, req.prompt_tokens + cap)
+    async def _admit(self, ticket: Ticket) -> RemoteJob:
+        req, tier, streaming = ticket.request, ticket.tier, ticket.stream
         rid = new_id("req")
         loop = asyncio.get_running_loop()
         arrival = loop.time()
-        opened, tier = await self._open(rid, req, tier, cap, streaming)
+        if ticket.pool_full:  # the fast-exhausted fault: as if every upstream said 429
+            raise Refused(self.config.server.retry_after_s)
+        try:
+            opened = await self._attempts(rid, tier.name, req, ticket.cap, streaming)
+        except _Failed as failed:
+            if failed.overloaded:
+                raise Refused(self.config.server.retry_after_s, error=failed.error) from None
+            self.metrics.record(tier.name, failed.error.status)
+            raise failed.error from None
         up = opened.up
         reply, usage, time_info = LiveReply(), None, None
         if not streaming:
@@ -214,7 +203,7 @@ class RemoteTiers:
                 up.outstanding -= 1
                 self.attempts.labels(tier.name, up.url, "error").inc()
                 opened.resp.close()
-                gw.metrics.record(tier.name, exc.status)
+                self.metrics.record(tier.name, exc.status)
                 raise
 
         def on_end(outcome: str, exc: UpstreamError | None) -> None:
@@ -225,16 +214,17 @@ class RemoteTiers:
             self.jobs.discard(job)
 
         upstream = UpstreamStream(reply, opened.resp, on_end, arrival)
-        headers = {**headers, "x-fastmode-upstream": up.url,
+        headers = {**ticket.headers, "x-fastmode-upstream": up.url,
                    "x-fastmode-upstream-attempts": str(opened.attempts)}
         if upstream_rid := opened.resp.headers.get("x-request-id"):
             headers["x-fastmode-upstream-request-id"] = upstream_rid
+        decision = ticket.decision
         job = RemoteJob(
-            id=rid, model=req.model, tier=tier, requested_tier=requested,
-            gen=cast(Generation, reply),  # a LiveReply reads like a Generation (translate.py)
-            prompt_tokens=req.prompt_tokens, cached_tokens=0,
-            stream=cast(TokenStream, upstream), created=int(time.time()), principal=principal,
-            network_s=network_time.get(), headers=headers, upstream=upstream,
+            id=rid, model=req.model, tier=tier, role=ticket.role,
+            requested_tier=decision.tier.name, gen=reply, prompt_tokens=req.prompt_tokens,
+            cached_tokens=0, stream=upstream, created=int(time.time()),
+            principal=decision.principal, network_s=network_time.get(), headers=headers,
+            upstream=upstream,
         )
         self.jobs.add(job)
         if not streaming:
@@ -245,35 +235,9 @@ class RemoteTiers:
         try:
             upstream.opened(opened.first, opened.chunks)
         except APIError:
-            gw.settle(job, 502)
+            self.settle(job, 502)
             raise
         return job
-
-    async def _open(self, rid: str, req: TurnRequest, tier: Tier, cap: int, streaming: bool
-                    ) -> tuple[_Opened, Tier]:
-        """The request on an upstream of the tier, moving to another upstream while nothing
-        has been read; with a downgrade to standard when the fast pool is full and
-        ``server.fast_overflow = "downgrade"``."""
-        gw = self.gateway
-        try:
-            return await self._attempts(rid, tier.name, req, cap, streaming), tier
-        except _Failed as failed:
-            standard = gw.resolve(req.model, False)
-            if not failed.overloaded or standard.name == tier.name:
-                gw.metrics.record(tier.name, failed.error.status)
-                raise failed.error from None
-            if gw.config.server.fast_overflow != "downgrade" or standard.name not in self.pools:
-                gw.metrics.record(tier.name, 429)
-                raise APIError(
-                    429, f"The {tier.name} tier is at capacity. Retry shortly or use the "
-                    "standard tier.", code="rate_limit_exceeded", type="requests",
-                    headers=retry_headers(gw.config.server.retry_after_s)) from None
-            gw.metrics.downgrades.labels(standard.name).inc()
-            try:
-                return await self._attempts(rid, standard.name, req, cap, streaming), standard
-            except _Failed as again:
-                gw.metrics.record(standard.name, again.error.status)
-                raise again.error from None
 
     async def _attempts(self, rid: str, tier: str, req: TurnRequest, cap: int, stream: bool
                         ) -> _Opened:

@@ -49,8 +49,10 @@ class UpstreamStream(CountStream):
     runs exactly once when the stream ends (``ok``, ``failed`` or ``cancelled``): it returns
     the upstream's slot in the pool and counts the attempt."""
 
-    __slots__ = ("seq", "reply", "reader", "response", "chunks", "delivered", "interval",
-                 "since", "tag", "_ready", "_marks", "_on_end", "_loop", "_ended")
+    __slots__ = ("seq", "reply", "reader", "response", "chunks", "delivered", "since", "tag",
+                 "_ready", "_marks", "_on_end", "_loop", "_ended")
+    interval = 1  # one event per read: an upstream's own pacing
+    watched_at = -1.0  # no reasoning tokens come from an upstream's Chat stream
 
     def __init__(self, reply: LiveReply, response: Response | None,
                  on_end: Callable[[str, UpstreamError | None], None], arrival: float) -> None:
@@ -61,7 +63,6 @@ class UpstreamStream(CountStream):
         self.response = response
         self.chunks: AsyncIterator[bytes] | None = None
         self.delivered = 0
-        self.interval = 1
         self.since = 0.0  # a lower bound of due_at (none kept here: the lag check is exact)
         self.tag: Any = None
         self._ready = 0  # pieces received, not yet handed out
@@ -141,6 +142,10 @@ class UpstreamStream(CountStream):
 
     def due_at(self, start: int, count: int) -> float:
         return self.token_at(start)
+
+    def produced(self) -> int:
+        """What arrived is what was produced (the upstream bills the rest itself)."""
+        return self.delivered + self._ready
 
     async def _drain(self) -> None:
         """After [DONE]: read the end of the HTTP message so the connection can be reused."""

@@ -122,9 +122,6 @@ class LiveReply:
         self._args: list[list[str]] = []
         self._index: dict[int, int] = {}  # upstream tool-call index -> ours
 
-    reasoning = None  # an upstream's reasoning is not surfaced (its tokens bill as output)
-    reasoning_tokens = 0
-
     @property
     def text(self) -> str:
         return "".join(self._text)

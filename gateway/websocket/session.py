@@ -307,7 +307,7 @@ class Session(ConnectionLife):
         network_time.set(delay)  # this task's context: read by Gateway.admit
         try:
             # faults, then admission on the tier's engine or (remote tier) its upstreams
-            job = await turn.start(self.ws.app.state.remote, stream=True)
+            job = await turn.start(stream=True)
         except APIError as exc:
             await self._error(exc, sid)
             return

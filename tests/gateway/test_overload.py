@@ -80,17 +80,18 @@ async def small_app(tmp_path) -> AsyncIterator:
     await ctx.__aexit__(None, None, None)
 
 
-def hold(app, tokens: int = 3000):
+async def hold(app, tokens: int = 3000):
     gen = GenerationRequest(messages=USER, ignore_eos=True)
-    return app.state.gateway.admit(TurnRequest("frontier", False, gen, 20, tokens, True))
+    return await app.state.gateway.admit(TurnRequest("frontier", "standard", gen, 20, tokens,
+                                                       True))
 
 
 async def test_a_long_modeled_wait_is_refused_at_once_with_a_modeled_retry_after(
         small_app) -> None:
     gateway = small_app.state.gateway
-    held = [hold(small_app), hold(small_app)]  # both free slots, 3000 tokens each
+    held = [await hold(small_app), await hold(small_app)]  # both free slots, 3000 tokens each
     deadline = time.monotonic() + 5
-    while not gateway._step_s and time.monotonic() < deadline:
+    while not gateway.engine._step_s and time.monotonic() < deadline:
         await asyncio.sleep(0.01)  # the replica's first step sets its step time
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=small_app),
                                  base_url="http://t") as c:
@@ -99,7 +100,7 @@ async def test_a_long_modeled_wait_is_refused_at_once_with_a_modeled_retry_after
         ready = await c.get("/readyz")
     assert r.status_code == 503 and r.json()["error"]["code"] == "server_is_overloaded"
     assert "modeled wait" in r.json()["error"]["message"]
-    step = next(iter(gateway._step_s.values()))
+    step = next(iter(gateway.engine._step_s.values()))
     retry = int(r.headers["retry-after-ms"]) / 1000
     # the first held request frees its slot after ~2999 more steps: retry when the wait is 1 s
     assert retry == pytest.approx(2999 * step - 1, rel=0.05)
@@ -123,7 +124,7 @@ async def test_a_reader_that_falls_behind_is_cut_with_an_error_event(small_app) 
     rest = [chunk async for chunk in events]
     error = orjson.loads(rest[-1][len(b"data: "):])
     assert error["error"]["code"] == "stream_reader_too_slow"
-    assert gateway.turns == set() and gateway._jobs == set()
+    assert gateway.turns == set() and gateway.engine.jobs == set()
     rows = await gateway.state.usage_rows()
     assert (rows[-1].ended, rows[-1].detail) == ("cut", "reader_lagging")
     assert rows[-1].output_tokens < 400

@@ -171,7 +171,7 @@ def test_upstream_payload_of_a_turn() -> None:
                   {"role": "tool", "tool_call_id": "c1", "content": "17C", "name": None}],
         stop=("END",), seed=7, temperature=0.5, ignore_eos=True,
         tools=(ToolSpec("f", "d", {"type": "object"}),), tool_choice="f")
-    turn = TurnRequest(model="frontier", fast=False, generation=gen, prompt_tokens=9,
+    turn = TurnRequest(model="frontier", role="standard", generation=gen, prompt_tokens=9,
                        max_tokens=None, stream=True)
     import orjson
 

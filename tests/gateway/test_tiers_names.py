@@ -154,8 +154,8 @@ async def test_flex_answers_429_when_its_pool_is_busy(small_app) -> None:
     app, client = small_app
     gw = app.state.gateway
     gen = GenerationRequest(messages=USER, ignore_eos=True)
-    held = [gw.admit(TurnRequest("frontier", False, gen, 20, 3000, True, "Bearer k1",
-                                 flex=True)) for _ in range(2)]  # the 2 free slots
+    held = [await gw.admit(TurnRequest("frontier", "flex", gen, 20, 3000, True, "Bearer k1"))
+            for _ in range(2)]  # the 2 free slots
     body = {"model": "frontier", "messages": USER, "max_tokens": 3, "service_tier": "flex"}
     r = await client.post("/v1/chat/completions", json=body,
                           headers={"authorization": "Bearer k1"})

@@ -47,15 +47,15 @@ async def app_client(tmp_path) -> AsyncIterator:
         await ctx.__aexit__(None, None, None)
 
 
-def hold_fast_slot(app):
+async def hold_fast_slot(app):
     """Admit a long request on the fast tier and never read it: its batch slot stays taken."""
     gen = GenerationRequest(messages=USER, ignore_eos=True)
-    return app.state.gateway.admit(TurnRequest("frontier", True, gen, 20, 3000, True))
+    return await app.state.gateway.admit(TurnRequest("frontier", "fast", gen, 20, 3000, True))
 
 
 async def test_downgrade_header_on_every_protocol(app_client, tmp_path) -> None:
     app, client = await app_client(config_from(small("downgrade"), tmp_path))
-    held = hold_fast_slot(app)
+    held = await hold_fast_slot(app)
     bodies = {
         "/fast/v1/chat/completions": {"model": "frontier", "messages": USER, "max_tokens": 3},
         "/fast/v1/responses": {"model": "frontier", "input": "hi", "max_output_tokens": 3},
@@ -132,7 +132,7 @@ async def test_a_failure_mid_stream_is_an_error_event_and_is_settled(
     events = [line[6:] for line in r.text.split("\n\n") if line.startswith("data: ")]
     assert orjson.loads(events[-1])["error"]["code"] == "internal_error"
     assert any("failed while streaming" in rec.message for rec in caplog.records)
-    assert app.state.gateway._jobs == set()  # settled, slot freed
+    assert app.state.gateway.engine.jobs == set()  # settled, slot freed
 
 
 def test_a_failure_inside_a_websocket_turn_is_an_error_event(monkeypatch, caplog) -> None:
@@ -153,4 +153,4 @@ def test_a_failure_inside_a_websocket_turn_is_an_error_event(monkeypatch, caplog
         # the socket stays usable: a bad frame still gets its error event
         ws.send_text("{")
         assert orjson.loads(ws.receive_text())["type"] == "error"
-    assert app.state.gateway._jobs == set()
+    assert app.state.gateway.engine.jobs == set()

@@ -102,7 +102,7 @@ async def test_running_gauge_counts_an_admitted_request(engine) -> None:
     before = value(await scrape(engine), "vllm:num_requests_running")
     gateway = engine._transport.app.state.gateway  # type: ignore[attr-defined]
     gen = GenerationRequest(messages=USER, ignore_eos=True)
-    job = gateway.admit(TurnRequest("frontier-spark", False, gen, 20, 3000, True))
+    job = await gateway.admit(TurnRequest("frontier-spark", "standard", gen, 20, 3000, True))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
     running = before

@@ -23,6 +23,7 @@ from ...request import TurnRequest
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import strict_tools, structured
 from ..sealed import thinking_is_ours
+from ..vocabulary import ANTHROPIC_SPEEDS
 from .encoder import MessagesEncoder, anthropic_status, error_body
 from .schema import MessagesRequest
 
@@ -71,13 +72,14 @@ def chat_messages(req: MessagesRequest) -> list[dict[str, Any]]:
 class MessagesProtocol(Protocol):
     name = "messages"
     schema = MessagesRequest
+    vocabulary = ANTHROPIC_SPEEDS
     limit_prefix = "x-ratelimit-"  # Anthropic's are anthropic-ratelimit-* / anthropic-fast-*
 
     def translate(self, req: MessagesRequest, ctx: RequestContext) -> TurnRequest:
         beta = FAST_BETA in ctx.headers.get("anthropic-beta", "")
-        if req.speed == "fast" and not beta:
+        if req.speed not in (None, "standard") and not beta:
             raise bad_request(
-                f"speed: 'fast' requires the beta header 'anthropic-beta: {FAST_BETA}'.",
+                f"speed: {req.speed!r} requires the beta header 'anthropic-beta: {FAST_BETA}'.",
                 param="speed",
             )
         messages = chat_messages(req)
@@ -107,18 +109,18 @@ class MessagesProtocol(Protocol):
             parallel_tool_calls=not (choice is not None and choice.disable_parallel_tool_use),
         )
         key = ctx.headers.get("x-api-key")
-        fast = ctx.fast_path or req.speed == "fast"
+        role = self.vocabulary.role_of(req.speed, ctx.fast_path)
         prompt = count_chat_prompt(messages, tools_wire or None)
         return TurnRequest(
             model=req.model,
-            fast=fast,
+            role=role,
             generation=gen,
             prompt_tokens=prompt,
             max_tokens=req.max_tokens,
             stream=req.stream,
             authorization=f"Bearer {key}" if key else ctx.headers.get("authorization"),
             messages=messages,
-            prefix=messages_prefix(req, fast, prompt),  # cache_control breakpoints
+            prefix=messages_prefix(req, role, prompt),  # cache_control breakpoints
             reasoning_param="thinking",
         )
 

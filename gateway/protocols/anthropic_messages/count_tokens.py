@@ -33,7 +33,7 @@ async def count_tokens(request: Request) -> Response:
         key = request.headers.get("x-api-key")
         gateway.auth.authenticate(f"Bearer {key}" if key else request.headers.get(
             "authorization"))
-        gateway.resolve(req.model, False)  # 404 for an unknown model
+        gateway.router.route(req.model)  # 404 for an unknown model
         ctx = RequestContext(request.headers, request.url.path.startswith("/fast/"),
                              request.app.state.responses)
         tokens = protocol.translate(req, ctx).prompt_tokens  # what POST /v1/messages counts

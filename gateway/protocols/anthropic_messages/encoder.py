@@ -11,6 +11,7 @@ from ...job import Job
 from ..base import Encoder, Frames
 from ..events import WIRE
 from ..sealed import thinking_signature
+from ..vocabulary import ANTHROPIC_SPEEDS
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 ERROR_TYPES = {
@@ -67,7 +68,7 @@ class MessagesEncoder(Encoder):
     def __init__(self, job: Job, omit_thinking: bool = False) -> None:
         self.job = job
         self.mid = job.id.replace("req-", "msg_")
-        self.speed = "fast" if job.tier.name == "fast" else "standard"
+        self.speed = ANTHROPIC_SPEEDS.label(job.role.name)  # the speed that served
         self._open: int | None = None
         # a reply that thought first starts with a thinking block: the others follow it
         self.thought = job.gen.reasoning_tokens

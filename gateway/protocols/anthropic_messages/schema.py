@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictStr
 
 from ..base import Lenient
 
@@ -53,7 +53,7 @@ class MessagesRequest(Lenient):
     stop_sequences: list[str] | None = None
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
-    speed: Literal["standard", "fast"] | None = None
+    speed: StrictStr | None = None  # checked by the vocabulary (protocols.vocabulary)
     metadata: dict[str, Any] | None = None
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None

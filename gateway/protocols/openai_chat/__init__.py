@@ -11,7 +11,6 @@ from ...caching import chat_units, openai_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
-from ...routing import FAST_SERVICE_TIERS, FLEX_SERVICE_TIER
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from .encoder import ChatEncoder, chat_usage
@@ -63,8 +62,7 @@ class ChatProtocol(Protocol):
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         return TurnRequest(
             model=req.model,
-            fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
-            flex=req.service_tier == FLEX_SERVICE_TIER,
+            role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
             generation=gen,
             prompt_tokens=count_chat_prompt(messages, tools or None),
             max_tokens=cap,

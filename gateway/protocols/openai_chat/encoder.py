@@ -12,9 +12,9 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ...routing import service_tier_label
 from ..base import Encoder, Frames
 from ..events import WIRE
+from ..vocabulary import OPENAI_SERVICE_TIERS
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"
@@ -49,7 +49,7 @@ class ChatEncoder(Encoder):
             "object": "chat.completion.chunk",
             "created": job.created,
             "model": job.model,
-            "service_tier": service_tier_label(job.tier.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
             "system_fingerprint": FINGERPRINT,
         }
         self.head = orjson.dumps(self.meta)[:-1] + b',"choices":[{"index":0,"delta":'

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, field_validator
+from pydantic import Field, StrictBool, StrictStr, field_validator
 
 from ..base import Lenient
 
-ServiceTier = Literal["auto", "default", "flex", "scale", "priority", "fast"]
+# any string: the protocol's vocabulary (gateway.protocols.vocabulary) says which words exist
+ServiceTier = StrictStr
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 

@@ -17,7 +17,6 @@ from ...caching import text_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
-from ...routing import FAST_SERVICE_TIERS, FLEX_SERVICE_TIER
 from ..base import Protocol, RequestContext
 from .encoder import CompletionsEncoder, completion_usage
 from .schema import CompletionsRequest
@@ -83,8 +82,7 @@ class CompletionsProtocol(Protocol):
         )
         return TurnRequest(
             model=req.model,
-            fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
-            flex=req.service_tier == FLEX_SERVICE_TIER,
+            role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
             generation=gen,
             prompt_tokens=max(1, tokens),
             max_tokens=req.max_tokens,

@@ -16,8 +16,8 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ...routing import service_tier_label
 from ..base import Encoder, Frames
+from ..vocabulary import OPENAI_SERVICE_TIERS
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"
@@ -92,7 +92,7 @@ class CompletionsEncoder(Encoder):
             text = self.echo + text
         return {
             **self.meta,
-            "service_tier": service_tier_label(job.tier.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
             "choices": [{"index": 0, "text": text, "logprobs": None,
                          "finish_reason": job.gen.finish_reason}],
             "usage": completion_usage(job),

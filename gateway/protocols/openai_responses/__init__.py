@@ -19,7 +19,6 @@ from ...job import Job
 from ...request import TurnRequest
 from ...response_store import StoredResponse
 from ...responses_api import stored_body
-from ...routing import FAST_SERVICE_TIERS, FLEX_SERVICE_TIER
 from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from ..sealed import reasoning_is_ours
@@ -126,8 +125,7 @@ class ResponsesProtocol(Protocol):
         prompt = count_chat_prompt(messages, tools or None)
         return TurnRequest(
             model=req.model,
-            fast=ctx.fast_path or req.service_tier in FAST_SERVICE_TIERS,
-            flex=req.service_tier == FLEX_SERVICE_TIER,
+            role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
             generation=gen,
             prompt_tokens=prompt,
             max_tokens=req.max_output_tokens,

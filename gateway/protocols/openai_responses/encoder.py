@@ -8,9 +8,9 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ...routing import service_tier_label
 from ..base import Encoder, Frames
 from ..events import WIRE
+from ..vocabulary import OPENAI_SERVICE_TIERS
 from .reasoning import ReasoningItem
 from .schema import ResponsesRequest, ResponsesToolChoice
 
@@ -121,7 +121,7 @@ class ResponsesEncoder(Encoder):
             "parallel_tool_calls": True if req.parallel_tool_calls is None else
             req.parallel_tool_calls,
             "previous_response_id": req.previous_response_id,
-            "service_tier": service_tier_label(job.tier.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
             "store": True if req.store is None else req.store,
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "text": _text_wire(req),

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from backends.mockmodel import Generation
 from backends.tokenizer import tokenize
 
+from ...token_source import Reply
 from ..base import Frames
 from ..sealed import reasoning_content
 
@@ -27,7 +27,7 @@ Event = Callable[[dict[str, Any]], bytes]
 class ReasoningItem:
     """Tracks one reasoning item through the stream; ``event`` numbers and encodes an event."""
 
-    def __init__(self, gen: Generation, item_id: str, encrypted: bool, event: Event) -> None:
+    def __init__(self, gen: Reply, item_id: str, encrypted: bool, event: Event) -> None:
         reasoning = gen.reasoning
         self.tokens = gen.reasoning_tokens
         self.effort = reasoning.effort if reasoning is not None else "none"
