@@ -100,6 +100,7 @@ class MessagesProtocol(Protocol):
         gen = GenerationRequest(
             messages=messages,
             stop=tuple(req.stop_sequences or ()),
+            seed=req.seed,
             temperature=1.0 if req.temperature is None else req.temperature,
             tools=specs,
             tool_choice=tool_choice,

@@ -58,3 +58,4 @@ class MessagesRequest(Lenient):
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None
     output_format: OutputFormat | None = None  # the structured-outputs beta's spelling
+    seed: int | None = None  # not in Anthropic's API; accepted for reproducible tests
