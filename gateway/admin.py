@@ -8,7 +8,8 @@ applies only to requests that carry the same ``x-fastmode-test-id``, so parallel
 each other's faults.
 
 - ``POST /admin/faults`` ``{"kind", "p", "after", "s", "tier", "key", "model", "name",
-  "test_id"}`` → the rule with its ``name`` (generated if absent);
+  "test_id"}`` → the rule with its ``name`` (generated if absent); a rule's ``key`` (an API key,
+  or its id as ``/v1/usage`` shows it) is kept as the key's id;
 - ``GET /admin/faults[?test_id=]`` → ``{"data": [rules]}``;
 - ``DELETE /admin/faults[?test_id=]`` (all, or one scope), ``DELETE /admin/faults/{name}``;
 - ``GET /admin/ledger[?since=UNIX&limit=N]`` → the raw ledger rows (flushed first).
@@ -28,6 +29,7 @@ from .config import FaultRule
 from .errors import APIError, bad_request
 from .faults import NAMESPACE, TEST_ID_HEADER
 from .ids import new_id
+from .ownership import is_key_id, key_id
 from .protocols.base import parse_json
 from .turn_http import json_response
 
@@ -68,6 +70,8 @@ def add_routes(app: FastAPI, gateway: Gateway) -> None:
         name = rule.name or new_id("fault")
         scope = _scope(request, rule.test_id) or ""
         value = rule.model_dump(exclude={"name", "test_id"}, exclude_none=True)
+        if "key" in value and not is_key_id(value["key"]):
+            value["key"] = key_id(value["key"])  # kept in the state: the key's id, not the key
         await state.put_setting(NAMESPACE, scope, name, value)
         return json_response({"name": name, "test_id": scope or None, **value}, 201)
 

@@ -10,17 +10,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from .config import ApiKey, AuthConfig
 from .errors import APIError, retry_headers
+from .ownership import key_id
 from .state import StateBackend, Take, Want, take_in_memory
 
 
 @dataclass
 class Principal:
     key: ApiKey
+    # the key's stored name (gateway.ownership): what the ledger, the buckets and the owner of
+    # a stored object keep instead of the key
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.id = key_id(self.key.key)
+
+
+# a refused key longer than this is named in the 401 by its first 3 and last 4 characters
+# (OpenAI's ``sk-...abcd``); a shorter one is not named at all (7 of 9 characters is the key)
+REDACT_MIN_LENGTH = 20
+
+
+def redacted(token: str) -> str:
+    """What a 401 may say of a refused key: ``sk-...abcd`` for a long key, nothing otherwise."""
+    return f"{token[:3]}...{token[-4:]}" if len(token) >= REDACT_MIN_LENGTH else ""
 
 
 def _duration(seconds: float) -> str:
@@ -59,10 +76,11 @@ class Authenticator:
                 token = ""
         principal = self._keys.get(token.strip())
         if principal is None:
-            shown = (token[:3] + "***" + token[-4:]) if len(token) > 8 else "***"
+            shown = redacted(token.strip())
             raise self._reject(APIError(
                 401,
-                f"Incorrect API key provided: {shown}." if token else
+                (f"Incorrect API key provided: {shown}." if shown else
+                 "Incorrect API key provided.") if token else
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.",
                 code="invalid_api_key",
             ))
@@ -98,8 +116,8 @@ class Authenticator:
             return {}
         now = self.clock()
         # the braces keep a key's buckets of a tier in one Redis Cluster slot (one script
-        # takes from all of them)
-        base = f"ratelimit|{{{key.key}|{tier}}}|"
+        # takes from all of them); the key's id names them, never the key
+        base = f"ratelimit|{{{principal.id}|{tier}}}|"
         wanted = [(kind, per, amount) for kind, per, amount in (
             ("requests", limit.requests_per_minute, 1),
             ("tokens", limit.tokens_per_minute, tokens),

@@ -1,15 +1,20 @@
-"""Request ids: unique within a process and unlikely to collide across processes."""
+"""Request ids: random, so that one cannot be guessed from another.
+
+A response id names a stored object (``GET /v1/responses/{id}``): an id made from a counter
+lets anyone walk from their own id to their neighbours'. Ownership (``gateway.ownership``) is
+what protects a stored object; unguessable ids are the second wall, as with the providers.
+``secrets`` reads the OS's CSPRNG: about 0.35 µs more per id than the old counter (two ids per
+request), measured against a buffered read that saved 0.25 µs of it and was not worth its code.
+"""
 
 from __future__ import annotations
 
-import itertools
-import os
+import secrets
 
-_counter = itertools.count(1)
-_prefix = os.urandom(3).hex()
+RANDOM_BYTES = 12  # 96 bits
 
 
 def new_id(kind: str) -> str:
-    """``{kind}-{6 random hex}{8 hex counter}``; protocols rewrite the kind to their own prefix
+    """``{kind}-{24 random hex}`` (96 bits); protocols rewrite the kind to their own prefix
     (``chatcmpl-``, ``resp_``, ``msg_``) so one id links a request across all its names."""
-    return f"{kind}-{_prefix}{next(_counter):08x}"
+    return f"{kind}-{secrets.token_hex(RANDOM_BYTES)}"

@@ -4,7 +4,9 @@ Settlement hands each admitted job's row to the state backend (``gateway.state``
 buffers it and writes it in a batch within about a second; a request refused before any work
 (rate limit, overload, an injected error status) gets a row too, with no tier served and no
 tokens. ``GET /v1/usage`` returns the totals of admitted requests per API key and tier
-(``?group_by=day`` for a per-day breakdown); with auth on, a key sees only its own usage.
+(``?group_by=day`` for a per-day breakdown); with auth on, a key sees only its own usage, and
+the admin key (``[admin]``) everyone's. Keys are named by their id (``gateway.ownership``:
+a hash), in the rows and the totals alike: the ledger never holds a key.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from starlette.responses import Response
 
 from .errors import APIError, bad_request
 from .job import Job
+from .ownership import key_id
 from .request import TurnRequest
 from .state import REJECTED, StateBackend, UsageRow
 
@@ -26,7 +29,7 @@ def job_row(job: Job, status: int) -> UsageRow:
     return UsageRow(
         request_id=job.id,
         ts=time.time(),
-        api_key=job.principal.key.key if job.principal is not None else "",
+        api_key=job.principal.id if job.principal is not None else "",
         model=job.model,
         tier_requested=job.requested_tier,
         tier_served=job.tier.name,
@@ -47,9 +50,11 @@ def job_row(job: Job, status: int) -> UsageRow:
 
 def rejection_row(request_id: str, turn: TurnRequest, error: APIError, *, protocol: str,
                   transport: str, tier: str, api_key: str, fault: str | None) -> UsageRow:
-    """The ledger row of a request refused before any work: nothing billed."""
+    """The ledger row of a request refused before any work: nothing billed. ``api_key`` is
+    the request's key ("" if none was accepted); the row keeps its id."""
     return UsageRow(
-        request_id=request_id, ts=time.time(), api_key=api_key, model=turn.model,
+        request_id=request_id, ts=time.time(), api_key=key_id(api_key) if api_key else "",
+        model=turn.model,
         tier_requested=tier, tier_served=None, protocol=protocol, transport=transport,
         status=error.status, ended=REJECTED, fault=fault, detail=error.code,
     )
@@ -63,10 +68,10 @@ def add_routes(app: FastAPI, state: StateBackend) -> None:
         group = request.query_params.get("group_by")
         if group not in (None, "", "day"):
             raise bad_request("Invalid value for 'group_by': expected 'day'.", param="group_by")
-        key: str | None = None
-        principal = gateway.auth.authenticate(request.headers.get("authorization"))
-        if principal is not None and not gateway.is_admin(request.headers):
-            key = principal.key.key
+        key: str | None = None  # None: every key's
+        if not gateway.is_admin(request.headers):
+            principal = gateway.auth.authenticate(request.headers.get("authorization"))
+            key = principal.id if principal is not None else None
         totals = await state.usage_totals(per_day=group == "day", api_key=key)
         return json_response({"object": "list", "data": [t.as_dict() for t in totals]})
 

@@ -8,6 +8,10 @@ false``), was deleted, or never existed is a 404 in OpenAI's format, as the prov
 Input items are listed newest first by default (``order=asc`` for oldest first), ``limit``
 (1-100, default 20) at a time, continued with ``after`` (an item id); the page says
 ``first_id``, ``last_id`` and ``has_more``, which the SDK's cursor pages follow.
+
+With auth on, a stored response is its key's alone (``gateway.ownership``): a request without a
+valid key is a 401, another key's response is the 404 of an unknown id (its existence is not
+revealed), and the admin key reads and deletes every key's.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 
 from .errors import APIError, bad_request
+from .ownership import caller
+from .response_store import ResponseStore
 from .state import StoredResponse
 
 MAX_LIMIT = 100
@@ -84,8 +90,16 @@ def _not_found(rid: str) -> APIError:
                     code="not_found")
 
 
-async def _stored(request: Request, rid: str) -> dict[str, Any]:
-    item: StoredResponse | None = await request.app.state.responses.load(rid)
+def _store(request: Request) -> ResponseStore:
+    """The stored responses as this request's caller sees them (401 without a valid key)."""
+    gateway = request.app.state.gateway
+    who = caller(gateway.auth, request.headers, admin=gateway.is_admin(request.headers))
+    root: ResponseStore = request.app.state.responses
+    return root.seen_by(who)
+
+
+async def _stored(store: ResponseStore, rid: str) -> dict[str, Any]:
+    item: StoredResponse | None = await store.load(rid)
     body = item.body if item is not None else None
     if not isinstance(body, dict) or "response" not in body:
         raise _not_found(rid)
@@ -123,25 +137,29 @@ def add_routes(app: FastAPI) -> None:
         @app.get(prefix + "/responses/{rid}")
         async def get_response(rid: str, request: Request) -> Response:
             try:
+                store = _store(request)  # a 401 first
                 if request.query_params.get("stream") in ("true", "1"):
                     raise bad_request("stream: replaying a stored response's events is only "
                                       "for background responses, which fastmode does not run.",
                                       param="stream")
-                body = await _stored(request, rid)
+                body = await _stored(store, rid)
             except APIError as exc:
                 return _error(exc)
             return _json(body["response"])
 
         @app.delete(prefix + "/responses/{rid}")
         async def delete_response(rid: str, request: Request) -> Response:
-            if not await request.app.state.gateway.state.delete_response(rid):
-                return _error(_not_found(rid))
+            try:
+                if not await _store(request).delete(rid):
+                    raise _not_found(rid)
+            except APIError as exc:
+                return _error(exc)
             return _json({"id": rid, "object": "response", "deleted": True})
 
         @app.get(prefix + "/responses/{rid}/input_items")
         async def list_input_items(rid: str, request: Request) -> Response:
             try:
-                body = await _stored(request, rid)
+                body = await _stored(_store(request), rid)
                 return _json(_page(list(body.get("input_items") or []), request.query_params))
             except APIError as exc:
                 return _error(exc)

@@ -29,6 +29,7 @@ from .admission import Gateway, shutting_down
 from .errors import APIError
 from .ids import new_id
 from .limits import check_request
+from .ownership import deferred
 from .protocols.base import Protocol, RequestContext, parse_json
 from .state import CUT, FAILED
 from .tickets import ClientGone
@@ -136,7 +137,8 @@ async def _disconnected(request: Request) -> None:
 
 
 async def prefetch(req: Any, ctx: RequestContext) -> None:
-    """Load a ``previous_response_id`` from the shared state before the (sync) translation."""
+    """Load a ``previous_response_id`` from the shared state before the (sync) translation
+    (a request without a valid key is a 401 here: nothing is looked up for it)."""
     rid = req.__dict__.get("previous_response_id")  # (a pydantic getattr miss is slow)
     if isinstance(rid, str) and rid:
         await ctx.store.load(rid)
@@ -161,7 +163,9 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             check_request(protocol.name, body, gateway.config.limits)
             gateway.faults.parse(request.headers)  # a malformed fault header is a 400
             req = protocol.validate(body)
-            ctx = RequestContext(request.headers, fast_path, state.responses)
+            # stored responses as this request's key sees them (gateway.ownership)
+            store = state.responses.seen_by(deferred(gateway.auth, request.headers))
+            ctx = RequestContext(request.headers, fast_path, store)
             await prefetch(req, ctx)
             turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
             job = await turn.start(disconnected=gone)

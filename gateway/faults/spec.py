@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import bad_request
+from ..ownership import key_id
 
 STATUS_KINDS = frozenset({"429", "500", "503", "529", "fast-exhausted"})
 STREAM_KINDS = frozenset({"stall", "cut", "malformed", "error-event"})
@@ -44,7 +45,7 @@ class Fault:
 
     def matches(self, tier: str, key: str, model: str) -> bool:
         return ((self.tier is None or self.tier == tier)
-                and (self.key is None or self.key == key)
+                and (self.key is None or self.key in (key, key_id(key)))  # a key or its id
                 and (self.model is None or self.model == model))
 
     def seconds(self, default: float) -> float:

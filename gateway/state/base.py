@@ -22,6 +22,9 @@ Four kinds of state, each with the consistency it needs and no more:
   ``get_response`` is async and must see every response put by any process once it is durable;
   ``cached_response`` is the synchronous, memory-only read that request translation uses after
   the pipeline awaited ``get_response`` (a miss there is a true miss).
+  Each keeps its owner (the key id of the key that made it) in its stored form; the backends
+  return it as stored, and ``gateway.response_store`` (the one layer above every backend)
+  shows an object only to its owner.
 * **settings** (fault rules, admin switches) — small JSON values keyed by
   ``(namespace, scope, name)``; ``scope`` is e.g. a test id so parallel tests don't see each
   other's rules. Writes are awaited and atomic per key; ``settings`` reads are synchronous and
@@ -57,7 +60,7 @@ class UsageRow:
 
     request_id: str
     ts: float  # unix time when the request was settled
-    api_key: str  # "" when auth is off
+    api_key: str  # the key's id (gateway.ownership.key_id), never the key; "" when auth is off
     model: str
     tier_requested: str
     tier_served: str | None  # None: never admitted (rejected)
@@ -160,16 +163,21 @@ class StoredResponse:
     messages: list[dict[str, Any]]  # the whole conversation, the reply included
     context_tokens: int  # prompt + output tokens of that response: cached for the next turn
     body: dict[str, Any] | None = field(default=None)  # the response object, when kept
+    # the key id of the API key that made it (gateway.ownership; None: no owner, auth off)
+    owner: str | None = None
 
     def encode(self) -> bytes:
-        """The stored form, the same in every backend."""
+        """The stored form, the same in every backend; the owner is kept in the record itself,
+        so no backend can return an object without it."""
         return orjson.dumps({"id": self.id, "model": self.model, "messages": self.messages,
-                             "context_tokens": self.context_tokens, "body": self.body})
+                             "context_tokens": self.context_tokens, "body": self.body,
+                             "owner": self.owner})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> StoredResponse:
         d = orjson.loads(raw)
-        return cls(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"))
+        return cls(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"),
+                   d.get("owner"))
 
 
 class ResponseCache(OrderedDict[str, StoredResponse]):

@@ -23,6 +23,7 @@ from ..errors import APIError, bad_request
 from ..job import Job
 from ..limits import check_request
 from ..netem import NetworkModel, network_time
+from ..ownership import Caller
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.base import Frames
 from ..protocols.openai_responses import ResponsesRequest
@@ -92,7 +93,7 @@ class Session(ConnectionLife):
         self.stopping: APIError | None = None  # why new turns are refused (shutdown)
         self.gateway = gateway
         self.store = store
-        self.cache = ConnectionStore(store, RECENT_RESPONSES)
+        self.cache = ConnectionStore(store, RECENT_RESPONSES)  # scoped once authenticated
         self.fast = fast
         self.network = network
         self.headers = {k: v for k, v in websocket.headers.items()}
@@ -134,6 +135,9 @@ class Session(ConnectionLife):
         try:
             principal = self.gateway.auth.authenticate(self.authorization)
             self.key = principal.key.key if principal is not None else ""
+            # the connection's key owns what it stores and sees only its own (gateway.ownership)
+            self.cache = ConnectionStore(self.store.seen_by(Caller.of(principal)),
+                                         RECENT_RESPONSES)
             over = self._over_cap()
             if over is not None:
                 raise over

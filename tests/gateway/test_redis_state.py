@@ -8,6 +8,7 @@ Without the redis-server binary the tests are skipped, saying so."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import shutil
 import subprocess
@@ -29,13 +30,14 @@ pytestmark = pytest.mark.skipif(
     REDIS is None, reason="redis-server is not installed (apt-get install redis-server)")
 
 
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    """A private redis-server on a free loopback port, stopped at the end."""
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[str]:
+    """A private redis-server on a free loopback port (its files in ``directory``), stopped
+    at the end; yields its URL. Shared with the other modules that need a real Redis."""
     assert REDIS is not None
     port = free_port()
     proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
+                             "--appendonly", "no", "--dir", str(directory)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     import redis
@@ -56,6 +58,13 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server for one test."""
+    with redis_server(tmp_path) as url:
+        yield url
 
 
 def row(i: int, key: str = "k1", tier: str | None = "fast", out: int = 10) -> UsageRow:
