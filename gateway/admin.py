@@ -29,9 +29,9 @@ from .config import FaultRule
 from .errors import APIError, bad_request
 from .faults import NAMESPACE, TEST_ID_HEADER
 from .ids import new_id
+from .json_response import json_response
 from .ownership import is_key_id, key_id
 from .protocols.base import parse_json
-from .turn_http import json_response
 
 MAX_RULES = 1000
 

@@ -27,7 +27,7 @@ from .config import Config
 from .decision import Decision, decide
 from .engine_admission import EngineAdmission
 from .errors import APIError
-from .faults import FaultInjector
+from .faults import FaultInjector, Kind
 from .job import Job
 from .ledger import job_row
 from .metrics import Metrics, add_gauge
@@ -149,7 +149,7 @@ class Gateway:
         ticket = Ticket(
             request, decision, tier, decision.role, cap, headers,
             stream=request.stream if stream is None else stream,
-            pool_full=(fault is not None and fault.kind == "fast-exhausted"
+            pool_full=(fault is not None and fault.kind is Kind.FAST_EXHAUSTED
                        and decision.on_premium_pool),
             disconnected=disconnected,
         )

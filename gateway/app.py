@@ -26,6 +26,7 @@ from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
 from .ids import new_id
+from .json_response import json_response
 from .limits import BodyLimit
 from .protocols.anthropic_messages import count_tokens
 from .remote import RemoteTiers
@@ -33,7 +34,7 @@ from .response_store import ResponseStore
 from .shutdown import Shutdown
 from .state import StateBackend
 from .turn import internal_error
-from .turn_http import RAW_SEND, http_endpoint, json_response
+from .turn_http import RAW_SEND, http_endpoint
 from .watchdog import Watchdog
 from .websocket import add_routes as add_websocket_routes
 

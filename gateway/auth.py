@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from .config import ApiKey, AuthConfig
 from .errors import APIError, retry_headers
-from .ownership import key_id
+from .key_ids import key_id
 from .state import StateBackend, Take, Want, take_in_memory
 
 

@@ -17,6 +17,8 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from backends.config import SimConfig, Strict
 
+from .fault_kinds import Kind
+
 
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
@@ -80,15 +82,10 @@ class StateConfig(Strict):
         return url
 
 
-FAULT_KINDS = ("429", "500", "503", "529", "timeout", "stall", "cut", "malformed",
-               "error-event", "fast-exhausted")
-
-
 class FaultRule(Strict):
     """One configured fault: injected with probability ``p`` into matching requests."""
 
-    kind: Literal["429", "500", "503", "529", "timeout", "stall", "cut", "malformed",
-                  "error-event", "fast-exhausted"]
+    kind: Kind  # gateway.faults.spec: the one list of kinds
     p: float = Field(1.0, ge=0, le=1)
     after: int = Field(0, ge=0)  # output tokens before a mid-stream fault
     s: float | None = Field(None, ge=0, le=3600)  # stall / timeout seconds

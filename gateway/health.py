@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from starlette.responses import Response
 
 from .admission import Gateway
-from .turn_http import json_response
+from .json_response import json_response
 
 
 def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,8 @@ from starlette.responses import Response
 
 from .errors import APIError, bad_request
 from .job import Job
-from .ownership import key_id
+from .json_response import json_response
+from .key_ids import key_id
 from .request import TurnRequest
 from .state import REJECTED, StateBackend, UsageRow
 
@@ -62,7 +63,6 @@ def rejection_row(request_id: str, turn: TurnRequest, error: APIError, *, protoc
 
 def add_routes(app: FastAPI, state: StateBackend) -> None:
     async def usage(request: Request) -> Response:
-        from .turn_http import json_response
 
         gateway = request.app.state.gateway
         group = request.query_params.get("group_by")

@@ -21,29 +21,14 @@ it on the API, so keys should be long and random (as providers' are).
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .auth import Authenticator, Principal
+from .auth import Authenticator, Principal
+from .key_ids import KEY_ID_HEX, KEY_ID_PREFIX, is_key_id, key_id
 
-KEY_ID_PREFIX = "key_"
-KEY_ID_HEX = 32  # 128 bits of SHA-256
-
-
-def key_id(key: str) -> str:
-    """The stored name of an API key: ``key_`` and 32 hex digits of its SHA-256."""
-    return KEY_ID_PREFIX + hashlib.sha256(key.encode()).hexdigest()[:KEY_ID_HEX]
-
-
-def is_key_id(text: str) -> bool:
-    """Whether ``text`` is a key id (as ``/v1/usage`` shows one) rather than a key."""
-    body = text.removeprefix(KEY_ID_PREFIX)
-    return (len(body) == KEY_ID_HEX and body != text
-            and all(c in "0123456789abcdef" for c in body))
-
+__all__ = ["EVERYONE", "KEY_ID_HEX", "KEY_ID_PREFIX", "NOBODY", "Caller", "caller", "deferred",
+           "is_key_id", "key_id"]
 
 @dataclass(frozen=True)
 class Caller:

@@ -29,7 +29,7 @@ from backends.drivers import TokenStream
 from .admission import Gateway, shutting_down
 from .decision import Decision
 from .errors import APIError
-from .faults import STATUS_KINDS, STREAM_KINDS, Fault
+from .faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
 from .ids import new_id
 from .job import Job
 from .ledger import rejection_row
@@ -121,15 +121,16 @@ class Turn:
     async def _before_admission(self, decision: Decision, fault: Fault,
                                 disconnected: Callable[[], Awaitable[None]] | None) -> None:
         gw = self.gateway
-        if fault.kind == "fast-exhausted" and not decision.on_premium_pool:
+        kind = fault.kind
+        if kind is Kind.FAST_EXHAUSTED and not decision.on_premium_pool:
             return  # not on a premium pool of its own: nothing to exhaust
         self.fault = fault
         gw.faults.injected(fault, self.tier, self.request_id)
-        if fault.kind in STATUS_KINDS and fault.kind != "fast-exhausted":
+        if kind in STATUS_ANSWERS:
             raise gw.faults.status_error(fault)
-        if fault.kind == "timeout":
+        if kind is Kind.TIMEOUT:
             await self._sleep(fault.seconds(gw.config.faults.timeout_s), disconnected)
-        elif fault.kind in STREAM_KINDS:
+        elif kind in STREAM_KINDS:
             self.stream_fault = fault
 
     async def _sleep(self, seconds: float,
@@ -343,19 +344,19 @@ class Turn:
         self.stream_fault = None
         enc = self.encoder
         assert enc is not None
-        if fault.kind == "stall":  # one sleep, cut short by a graceful shutdown
+        if fault.kind is Kind.STALL:  # one sleep, cut short by a graceful shutdown
             clock = asyncio.get_running_loop().time
             began = clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.gateway.drain_event.wait(),
                                        fault.seconds(self.gateway.config.faults.stall_s))
             self.paused += clock() - began  # the server's own pause is not the reader's lag
-        elif fault.kind == "malformed":
+        elif fault.kind is Kind.MALFORMED:
             yield frame([(MALFORMED_EVENT.get(self.protocol.name, ""), MALFORMED_BODY)])
-        elif fault.kind == "cut":
+        elif fault.kind is Kind.CUT:
             self.cut = True
             self.settle(499, CUT, "fault")
-        elif fault.kind == "error-event":
+        elif fault.kind is Kind.ERROR_EVENT:
             yield frame(self._as_sent().failed(self.gateway.faults.stream_error(fault)))
             self.settle(500, FAILED, "fault")
 

@@ -27,6 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .errors import APIError
+from .fault_kinds import Kind
 from .ids import new_id
 from .limits import check_request
 from .ownership import deferred
@@ -41,10 +42,6 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # (they only watch for the response start, which still goes through them). No middleware here
 # rewrites a response body; one that did would have to be on the hot path's side of this.
 RAW_SEND = "fastmode.send"
-
-
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(body), status, headers=headers, media_type="application/json")
 
 
 class TurnStream(StreamingResponse):
@@ -161,7 +158,6 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
                 raise shutting_down()
             body = parse_json(await request.body())
             check_request(protocol.name, body, gateway.config.limits)
-            gateway.faults.parse(request.headers)  # a malformed fault header is a 400
             req = protocol.validate(body)
             # stored responses as this request's key sees them (gateway.ownership)
             store = state.responses.seen_by(deferred(gateway.auth, request.headers))
@@ -197,18 +193,18 @@ async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Respon
     """The non-streamed body, with the mid-stream faults as they apply to a whole answer."""
     fault, enc, job = turn.stream_fault, turn.encoder, turn.job
     assert enc is not None and job is not None
-    if fault is not None and fault.kind == "stall":
+    if fault is not None and fault.kind is Kind.STALL:
         await asyncio.sleep(fault.seconds(turn.gateway.config.faults.stall_s))
-    if fault is not None and fault.kind == "error-event":
+    if fault is not None and fault.kind is Kind.ERROR_EVENT:
         turn.settle(500, FAILED, "fault")
         return turn.protocol.error_response(turn.gateway.faults.stream_error(fault), request_id)
-    if fault is not None and fault.kind == "cut":
+    if fault is not None and fault.kind is Kind.CUT:
         turn.settle(499, CUT, "fault")
         body = orjson.dumps(enc.body())
         return Truncated(body, 200, headers=headers, media_type="application/json")
     turn.complete()
     headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
     body = orjson.dumps(enc.body())
-    if fault is not None and fault.kind == "malformed":
+    if fault is not None and fault.kind is Kind.MALFORMED:
         body = body[: len(body) // 2]
     return Response(body, 200, headers=headers, media_type="application/json")

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import APIError
-from ..turn_http import json_response
+from ..json_response import json_response
 from .feed import Dashboard
 
 ASSETS = {

@@ -5,8 +5,9 @@ fault a request gets and renders status faults as errors; the turn pipeline (``g
 applies them, once for every protocol and both transports. See docs/reliability.md.
 """
 
+from ..fault_kinds import KINDS, STATUS_ANSWERS, STATUS_KINDS, STREAM_KINDS, Kind
 from .injector import NAMESPACE, FaultInjector
-from .spec import HEADER, KINDS, STATUS_KINDS, STREAM_KINDS, TEST_ID_HEADER, Fault, parse_header
+from .spec import HEADER, TEST_ID_HEADER, Fault, parse_header
 
-__all__ = ["HEADER", "KINDS", "NAMESPACE", "STATUS_KINDS", "STREAM_KINDS", "TEST_ID_HEADER",
-           "Fault", "FaultInjector", "parse_header"]
+__all__ = ["HEADER", "KINDS", "NAMESPACE", "STATUS_ANSWERS", "STATUS_KINDS", "STREAM_KINDS",
+           "TEST_ID_HEADER", "Fault", "FaultInjector", "Kind", "parse_header"]

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 from ..config import FaultsConfig, ServerConfig
 from ..errors import APIError, retry_headers
+from ..fault_kinds import Kind
 from ..metrics import Metrics
 from ..state import StateBackend
 from .spec import HEADER, TEST_ID_HEADER, Fault, from_rule, parse_header
@@ -76,7 +77,7 @@ class FaultInjector:
         wait = fault.seconds(self.server.retry_after_s)
         retry = retry_headers(wait)
         msg = f"Injected fault ({HEADER}: {fault.kind})."
-        if fault.kind == "429":
+        if fault.kind is Kind.S429:
             limits = {"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "0",
                       "x-ratelimit-reset-requests": f"{max(wait, 0.001):.3g}s",
                       "x-ratelimit-limit-tokens": "100000",
@@ -85,10 +86,10 @@ class FaultInjector:
                       "anthropic-ratelimit-requests-remaining": "0"}
             return APIError(429, f"Rate limit reached. {msg}", code="rate_limit_exceeded",
                             type="requests", headers={**limits, **retry})
-        if fault.kind == "503":
+        if fault.kind is Kind.S503:
             return APIError(503, f"The service is unavailable. {msg}",
                             code="service_unavailable", headers=retry)
-        if fault.kind == "529":
+        if fault.kind is Kind.S529:
             return APIError(529, f"Overloaded. {msg}", code="overloaded",
                             type="overloaded_error", headers=retry)
         return APIError(500, f"The server had an error while processing your request. {msg}",

@@ -17,15 +17,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import bad_request
-from ..ownership import key_id
+from ..fault_kinds import KINDS, Kind
+from ..key_ids import key_id
 
-STATUS_KINDS = frozenset({"429", "500", "503", "529", "fast-exhausted"})
-STREAM_KINDS = frozenset({"stall", "cut", "malformed", "error-event"})
-KINDS = STATUS_KINDS | STREAM_KINDS | {"timeout"}
 HEADER = "x-fastmode-fault"
 TEST_ID_HEADER = "x-fastmode-test-id"
 MAX_SECONDS = 3600.0
@@ -34,7 +32,7 @@ MAX_AFTER = 1_000_000
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str
+    kind: Kind
     p: float = 1.0
     after: int = 0
     s: float | None = None
@@ -58,9 +56,6 @@ class Fault:
                 out[name] = getattr(self, name)
         return out
 
-    def with_source(self, source: str) -> Fault:
-        return replace(self, source=source)
-
 
 def _number(name: str, raw: str, lo: float, hi: float) -> float:
     try:
@@ -77,7 +72,7 @@ def parse_header(value: str) -> Fault:
     """The fault a header asks for; a 400 naming the problem if it is malformed."""
     parts = [p.strip() for p in value.split(";")]
     kind = parts[0].lower()
-    if kind not in KINDS:
+    if kind not in KINDS:  # a StrEnum: its members are equal to their strings
         raise bad_request(f"Invalid '{HEADER}' header: unknown kind {parts[0][:40]!r}; "
                           f"expected one of {', '.join(sorted(KINDS))}.", param=HEADER,
                           code="invalid_fault")
@@ -95,11 +90,11 @@ def parse_header(value: str) -> Fault:
             fields["after"] = int(_number("after", raw.strip(), 0, MAX_AFTER))
         else:
             fields["s"] = _number("s", raw.strip(), 0.0, MAX_SECONDS)
-    return Fault(kind, **fields)
+    return Fault(Kind(kind), **fields)
 
 
 def from_rule(rule: Any, source: str) -> Fault:
     """A configured (``FaultRule``) or admin (dict) rule as a ``Fault``."""
     d = rule.model_dump() if hasattr(rule, "model_dump") else dict(rule)
-    return Fault(d["kind"], float(d.get("p", 1.0)), int(d.get("after", 0)), d.get("s"),
+    return Fault(Kind(d["kind"]), float(d.get("p", 1.0)), int(d.get("after", 0)), d.get("s"),
                  source, d.get("tier"), d.get("key"), d.get("model"))

@@ -31,6 +31,7 @@ from ..request import TurnRequest
 from ..roles import Vocabulary
 from .events import (
     EventBuffer,
+    Frames,
     Merged,
     Runs,
     buffered,
@@ -46,7 +47,6 @@ from .vocabulary import OPENAI_SERVICE_TIERS
 if TYPE_CHECKING:
     from ..response_store import ResponseStore
 
-Frames = list[tuple[str, bytes]]
 
 
 class Lenient(BaseModel):

@@ -24,12 +24,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from backends.mockmodel import TEXT, Generation, Piece
 
-if TYPE_CHECKING:
-    from .base import Encoder, Frames
+Frames = list[tuple[str, bytes]]  # (event type, JSON body) pairs: one protocol event each
+
+
+class Encoder(Protocol):
+    """What the buffer drives of an encoder (``gateway.protocols.base.Encoder``); a protocol
+    here so that this module does not import the one that imports it."""
+
+    job: Any
+    interval: int
+    sse_wire: bool
+    _marks: list[tuple[int, int]] | None
+    _buffer: EventBuffer | None
+
+    def tokens(self, start: int, count: int) -> Frames: ...
+    def framed(self, frames: Frames) -> list[bytes]: ...
 
 AHEAD = 64  # tokens encoded per run: a few microseconds of work before a first token
 _RECORDS: dict[type, bool] = {}  # encoder class -> its tokens() loops on `pieces` (marks)

@@ -298,7 +298,6 @@ class Session(ConnectionLife):
         try:
             if self.stopping is not None:
                 raise self.stopping
-            self.gateway.faults.parse(self.headers)  # a malformed fault header: error event
             if req.previous_response_id:
                 await self.cache.load(req.previous_response_id)
             turn = Turn(self.gateway, RESPONSES, req, ctx, transport="websocket")
