@@ -50,7 +50,7 @@ def _duration(seconds: float) -> str:
 
 
 class Authenticator:
-    def __init__(self, config: AuthConfig, clock=time.monotonic,
+    def __init__(self, config: AuthConfig, clock: Callable[[], float] = time.monotonic,
                  state: StateBackend | None = None,
                  on_reject: Callable[[int, str], None] | None = None) -> None:
         self.enabled = config.enabled

@@ -33,7 +33,8 @@ from .faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
 from .ids import new_id
 from .job import Job
 from .ledger import rejection_row
-from .protocols.base import Encoder, Frames, Protocol, RequestContext
+from .protocols.base import Encoder, Protocol, RequestContext
+from .protocols.events import Frames
 from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .state import CUT, FAILED

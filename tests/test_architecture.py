@@ -67,3 +67,68 @@ def test_no_module_over_the_size_limit() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert big == {}
+
+
+def _gateway_imports() -> dict[str, set[str]]:
+    """module -> the gateway modules it imports, counting every import statement: at the top,
+    inside functions and under ``TYPE_CHECKING`` (a circle hidden there is still a circle)."""
+    mods = {}
+    for p in modules("gateway"):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    deps.add(t)
+        graph[name] = deps
+    return graph
+
+
+def test_no_import_circle_in_gateway() -> None:
+    """Strongly connected components of gateway's import graph (Tarjan): each must be one
+    module. A circle means two modules that cannot be understood (or tested) apart."""
+    graph = _gateway_imports()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert circles == []

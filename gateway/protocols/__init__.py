@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .anthropic_messages import MessagesProtocol
-from .base import Encoder, Frames, Protocol, RequestContext
+from .base import Encoder, Protocol, RequestContext
+from .events import Frames
 from .openai_chat import ChatProtocol
 from .openai_completions import CompletionsProtocol
 from .openai_responses import ResponsesProtocol

@@ -19,6 +19,8 @@ import asyncio
 import collections
 import ssl
 import time
+from collections.abc import AsyncIterator
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -70,14 +72,14 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.got_bytes = False
         self.last_rx = self.loop.time()
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.read_timeout = 0.0
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
-    def connection_made(self, transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # a stream: asyncio's or uvloop's
 
     def data_received(self, data: bytes) -> None:
         self.got_bytes = True
@@ -186,7 +188,7 @@ class Response:
         self.headers = conn.headers
         self._closed = False
 
-    async def chunks(self):
+    async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives: each item is everything received since the last one."""
         c = self._conn
         while True:

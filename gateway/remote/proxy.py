@@ -83,7 +83,7 @@ class RemoteTiers:
         self.http: dict[str, Pool] = {}  # one keep-alive pool per upstream URL
         self.jobs: set[RemoteJob] = set()  # with an upstream request open (drained on stop)
         self._health_client: httpx.AsyncClient | None = None
-        self._health_task: asyncio.Task | None = None
+        self._health_task: asyncio.Task[None] | None = None
         if self.pools:
             r = metrics.registry
             self.attempts = Counter(

@@ -25,7 +25,7 @@ from ..limits import check_request
 from ..netem import NetworkModel, network_time
 from ..ownership import Caller
 from ..protocols import RESPONSES, RequestContext
-from ..protocols.base import Frames
+from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
 from ..response_store import ConnectionStore, ResponseStore
 from ..shutdown import Shutdown

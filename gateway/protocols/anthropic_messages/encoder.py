@@ -8,8 +8,8 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ..base import Encoder, Frames
-from ..events import WIRE
+from ..base import Encoder
+from ..events import WIRE, Frames
 from ..sealed import thinking_signature
 from ..vocabulary import ANTHROPIC_SPEEDS
 

@@ -12,8 +12,8 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ..base import Encoder, Frames
-from ..events import WIRE
+from ..base import Encoder
+from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 
 FINGERPRINT = "fp_fastmode"

@@ -16,7 +16,8 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ..base import Encoder, Frames
+from ..base import Encoder
+from ..events import Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 
 FINGERPRINT = "fp_fastmode"

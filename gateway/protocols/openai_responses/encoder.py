@@ -8,8 +8,8 @@ import orjson
 
 from ...errors import APIError
 from ...job import Job
-from ..base import Encoder, Frames
-from ..events import WIRE
+from ..base import Encoder
+from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 from .reasoning import ReasoningItem
 from .schema import ResponsesRequest, ResponsesToolChoice

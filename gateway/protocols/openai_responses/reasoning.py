@@ -18,7 +18,7 @@ from typing import Any
 from backends.tokenizer import tokenize
 
 from ...token_source import Reply
-from ..base import Frames
+from ..events import Frames
 from ..sealed import reasoning_content
 
 Event = Callable[[dict[str, Any]], bytes]
