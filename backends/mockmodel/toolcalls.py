@@ -69,11 +69,6 @@ def _call(tool: ToolSpec, streams: Streams, user_text: str,
     return call, arguments, tool
 
 
-def pick_tool(req: GenerationRequest, rng: random.Random, user_text: str) -> ToolSpec:
-    """The forced tool, else the one sharing most words with the user, else a random one."""
-    return rank_tools(req, rng, user_text)[0]
-
-
 def rank_tools(req: GenerationRequest, rng: random.Random, user_text: str) -> list[ToolSpec]:
     """The forced tool alone; else every tool, most words shared with the user first (ties in
     a seeded order)."""
