@@ -16,8 +16,9 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
+from backends.drivers import PoolHandle, RealtimeFleet
 from backends.engine import EngineSpec, Tier, build
 from backends.scheduler import Scheduler
 
@@ -39,6 +40,18 @@ from .state import StateBackend, UsageRow, open_state
 from .tickets import Admission, Refused, Ticket
 
 
+class InFlight(Protocol):
+    """A turn in flight as the stalled-reader watchdog and a graceful shutdown see it
+    (``gateway.turn.Turn``; a protocol so that this module need not import the pipeline)."""
+
+    writing_since: float  # loop time the pending write began (0: none)
+    writer: asyncio.Task[Any] | None
+    abort: tuple[APIError, int, str, str] | None
+    job: Job | None
+
+    def end_with(self, error: APIError, status: int, ended: str, detail: str) -> None: ...
+
+
 class Gateway:
     def __init__(self, config: Config, state: StateBackend | None = None) -> None:
         self.config = config
@@ -55,7 +68,7 @@ class Gateway:
         self.started_at = time.time()
         self.draining = False  # graceful shutdown began: new requests are refused
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose
-        self.turns: set[Any] = set()  # turns in flight (gateway.turn.Turn)
+        self.turns: set[InFlight] = set()  # turns in flight
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 
@@ -66,11 +79,11 @@ class Gateway:
         self.engine.start()
 
     @property
-    def deployments(self) -> dict[str, Any]:
+    def deployments(self) -> dict[str, PoolHandle]:
         return self.engine.deployments
 
     @property
-    def fleet(self) -> Any:
+    def fleet(self) -> RealtimeFleet | None:
         return self.engine.fleet
 
     def step_seconds(self, sched: Scheduler) -> float:
