@@ -63,7 +63,7 @@ class Gateway:
         self.router = Router(config, self.spec)
         self.metrics = Metrics(self._replica_states)
         self.state = state or open_state(config.state.path, config.state.flush_interval_s,
-                                         config.state.redis_url)
+                                         config.state.redis_url, config.state.timeout_s)
         self.auth = Authenticator(config.auth, state=self.state, on_reject=self._auth_rejected)
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
         self.deployments: dict[str, PoolHandle] = {}
@@ -139,10 +139,13 @@ class Gateway:
 
     # -- admission ------------------------------------------------------------------------
 
-    def admit(self, turn: TurnRequest, fast_full: bool = False) -> Job:
+    def admit(self, turn: TurnRequest, fast_full: bool = False,
+              limits: dict[str, str] | None = None) -> Job:
         """Route, check limits, generate the reply and queue it in the engine.
 
         ``fast_full``: treat the fast pool as full (the ``fast-exhausted`` fault).
+        ``limits``: the rate-limit headers of a take already awaited (``gateway.ratelimit``);
+        None: take here, synchronously (buckets kept in this process).
         Raises APIError (404 model, 400 context, 401/403 auth, 429 limits/fast full, 503/429
         overload or a modeled queue wait over ``server.max_queue_wait_s``).
         """
@@ -154,9 +157,9 @@ class Gateway:
         requested = tier.name
         prompt = turn.prompt_tokens
         cap = self.router.max_output(tier, prompt, turn.max_tokens)
-        headers = self.auth.check(principal, tier.name, prompt + cap, prompt, cap,
-                                  fast=turn.fast and tier.name != self.router.resolve(
-                                      turn.model, False).name)
+        headers = limits if limits is not None else self.auth.check(
+            principal, tier.name, prompt + cap, prompt, cap,
+            fast=turn.fast and tier.name != self.router.resolve(turn.model, False).name)
         gen = self._generate(turn, tier, cap)
         output = max(gen.output_tokens, 1)
         standard = self.router.resolve(turn.model, False)

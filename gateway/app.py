@@ -32,6 +32,7 @@ from .remote import RemoteTiers
 from .response_store import ResponseStore
 from .shutdown import Shutdown
 from .state import StateBackend
+from .state.health import StateCollector
 from .turn import internal_error
 from .turn_http import RAW_SEND, http_endpoint, json_response
 from .watchdog import Watchdog
@@ -60,6 +61,8 @@ class _App(FastAPI):
 def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
     config = config or load_config()
     gateway = Gateway(config, state)
+    # fastmode_state_*: whether the shared state answers (gateway.state.health)
+    gateway.metrics.registry.register(StateCollector(gateway.state.health))
     remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)

@@ -32,6 +32,7 @@ from .job import Job
 from .ledger import rejection_row
 from .protocols.base import Encoder, Frames, Protocol, RequestContext
 from .push import Push, WriteFailed, pushing
+from .ratelimit import take_for_turn
 from .request import TurnRequest
 from .state import CUT, FAILED
 
@@ -109,7 +110,9 @@ class Turn:
             if remote is not None and remote.serves(req.model, req.fast):
                 job = await remote.admit(self, stream=stream, disconnected=disconnected)
             else:
-                job = self.admit(fast_full=fault is not None and fault.kind == "fast-exhausted")
+                limits = await take_for_turn(gw, req)  # the awaited rate-limit take
+                job = self.admit(fast_full=fault is not None and fault.kind == "fast-exhausted",
+                                 limits=limits)
         except APIError as exc:
             gw.record(rejection_row(
                 self.request_id, req, exc, protocol=self.protocol.name,
@@ -155,8 +158,8 @@ class Turn:
         if done:
             raise ClientGone()
 
-    def admit(self, fast_full: bool = False) -> Job:
-        job = self.gateway.admit(self.request, fast_full=fast_full)
+    def admit(self, fast_full: bool = False, limits: dict[str, str] | None = None) -> Job:
+        job = self.gateway.admit(self.request, fast_full=fast_full, limits=limits)
         self.job = job
         self.encoder = self.protocol.encoder(job, self.req, self.request)
         return job

@@ -36,6 +36,7 @@ from backends.drivers import TokenStream
 from backends.engine import Tier
 from backends.mockmodel import Generation
 
+from .. import ratelimit
 from ..admission import Gateway
 from ..config import Config, RemoteConfig
 from ..errors import APIError, retry_headers
@@ -200,7 +201,7 @@ class RemoteTiers:
         tier = gw.resolve(req.model, req.fast)
         requested = tier.name
         cap = gw.router.max_output(tier, req.prompt_tokens, req.max_tokens)
-        headers = gw.auth.check(principal, tier.name, req.prompt_tokens + cap)
+        headers = await ratelimit.take(gw, principal, tier.name, req.prompt_tokens + cap)
         rid = new_id("req")
         loop = asyncio.get_running_loop()
         arrival = loop.time()
