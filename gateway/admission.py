@@ -232,12 +232,12 @@ class Gateway:
     def _submit(self, tier: Tier, prompt: int, output: int, cached: int,
                 prefix: PrefixKey | None = None) -> TokenStream:
         """Queue the request, or raise ``_Refused`` with the modeled time a retry would wait
-        for: when the least-loaded replica's queue is full, or its modeled wait is over
-        ``server.max_queue_wait_s``."""
+        for: when the least-loaded replica's queue is full (until a slot of the pool frees),
+        or its modeled wait is over ``server.max_queue_wait_s``."""
         dep = self.deployments[tier.deployment.name]
         replica = dep.choose(prefix, prompt)  # the replica the driver will pick
         sched = replica.scheduler
-        wait_steps, free_steps = self.queues.wait_steps(sched)
+        wait_steps, _ = self.queues.wait_steps(sched)
         step_s = self.step_seconds(sched)
         bound = self.config.server.max_queue_wait_s
         if wait_steps * step_s > bound:
@@ -247,7 +247,7 @@ class Gateway:
             return dep.submit(prompt, output, cached, prefix, tier.priority)
         except Overloaded:
             self.queues.forget(sched)
-            raise _Refused(max(free_steps * step_s, step_s), None) from None
+            raise _Refused(overflow.until_slot_frees(dep), None) from None
         except TooLarge:
             raise APIError(
                 400,

@@ -4,6 +4,9 @@ Limits are token buckets per (key, tier): a bucket holds one minute's allowance 
 continuously, the way providers' ``x-ratelimit-*`` headers describe them. The fast tier has its
 own bucket, so fast traffic does not eat the standard allowance. Buckets live in the shared
 state (``gateway.state``); every refusal (401/403/429) is reported to ``on_reject`` (metrics).
+A turn takes from them with ``check_async`` (awaited before admission, ``gateway.ratelimit``:
+buckets in Redis are a network round trip); ``check`` is the same, synchronous, for buckets
+kept in this process.
 """
 
 from __future__ import annotations
