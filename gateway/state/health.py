@@ -60,6 +60,7 @@ class StateHealth:
         self.errors: Counter[str] = Counter()  # calls that tried and failed, by operation
         self.fail_fast: Counter[str] = Counter()  # calls refused without trying (breaker open)
         self.limits_fail_open = 0  # requests served without their limit ([state] knob)
+        self._before = (0, 0)  # errors and fail-fast calls when the outage began
 
     def guard(self, op: str) -> None:
         """Before a call: while the store is down, fail at once (no round trip)."""
@@ -70,15 +71,16 @@ class StateHealth:
     def failed(self, op: str, exc: BaseException) -> StateUnavailable:
         """A call failed: count it; the first failure of an outage opens the breaker and is
         the outage's one log line. Returns the error for the caller to raise."""
-        self.errors[op] += 1
         if self.up:
             self.up = False
             self.since = self.clock()
             self.outages += 1
+            self._before = (sum(self.errors.values()), sum(self.fail_fast.values()))
             self.log.warning(
                 "state unavailable: %s did not answer (%s on %s); requests that need it get "
                 "503 until it answers again (probed every few hundred ms)", self.backend,
                 _why(exc), op)
+        self.errors[op] += 1
         return StateUnavailable(self.backend)
 
     def answered(self) -> None:
@@ -87,10 +89,11 @@ class StateHealth:
             down_s = self.clock() - self.since
             self.up = True
             self.since = self.clock()
+            errors, refused = self._before
             self.log.warning(
                 "state available again: %s answers after %.1f s; %d calls failed and %d were "
                 "refused without trying meanwhile", self.backend, down_s,
-                sum(self.errors.values()), sum(self.fail_fast.values()))
+                sum(self.errors.values()) - errors, sum(self.fail_fast.values()) - refused)
 
 
 class StateCollector:

@@ -190,6 +190,11 @@ def test_a_stopped_redis_is_a_503_in_each_routes_format_logged_once(gateway,
             assert_unavailable(name, post(url, route, body))
     # a request that needs nothing from Redis is served (its ledger row waits in memory)
     assert post(url, *UNLIMITED).status_code == 200
+    # ... one that needs a stored response made elsewhere, or the usage totals, cannot be
+    assert_unavailable("responses", post(url, "/v1/responses", {
+        "model": "frontier", "input": "hi", "max_output_tokens": 2,
+        "previous_response_id": "resp_made_on_another_gateway"}))
+    assert_unavailable("usage", httpx.get(url + "/v1/usage", headers=AUTH))
     assert state_metric(url, "fastmode_state_up") == 0
     assert state_metric(url, "fastmode_state_errors_total") >= 1
     text = log.read_text(errors="replace")
@@ -238,7 +243,7 @@ def test_a_hung_redis_never_blocks_the_event_loop(gateway, redis_server) -> None
 
     try:
         for _ in range(3):  # waves of concurrent limited requests on every route
-            wave = [threading.Thread(target=limited, args=(name,)) for name in LIMITED] * 1
+            wave = [threading.Thread(target=limited, args=(name,)) for name in LIMITED]
             wave += [threading.Thread(target=limited, args=("chat",)) for _ in range(5)]
             for t in wave:
                 t.start()
