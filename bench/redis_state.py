@@ -1,7 +1,7 @@
 """What the shared state costs per request: Redis vs the embedded SQLite default (issue #15).
 
 Per request the gateway touches the state a fixed number of times, never per token: for a key
-with request and token limits, admission takes from both buckets at once (one ``take_all``),
+with request and token limits, admission takes from both buckets at once (one ``take_all_async``),
 settlement appends one ledger row, a Responses turn stores its response, and a continuation
 reads one back (from the local cache when it was made here, else from the store). This script
 runs that sequence against each backend, in one asyncio loop as the gateway does, and reports
@@ -43,8 +43,9 @@ async def per_request(state: StateBackend, n: int, remote_reads: bool) -> tuple[
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for i in range(n):
         now = time.monotonic()
-        state.take_all([("ratelimit|{sk-bench|fast}|requests", 1, 1e6 / 60, 1e6),
-                        ("ratelimit|{sk-bench|fast}|tokens", 1200, 1e9 / 60, 1e9)], now)
+        await state.take_all_async([("ratelimit|{sk-bench|fast}|requests", 1, 1e6 / 60, 1e6),
+                                    ("ratelimit|{sk-bench|fast}|tokens", 1200, 1e9 / 60, 1e9)],
+                                   now)
         state.append_usage(row(i))
         state.put_response(StoredResponse(f"resp_{i}", "frontier", msgs, 1200))
         if remote_reads and i:

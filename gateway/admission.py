@@ -22,7 +22,7 @@ from backends.drivers import PoolHandle, RealtimeFleet
 from backends.engine import EngineSpec, Tier, build
 from backends.scheduler import Scheduler
 
-from . import overflow
+from . import overflow, ratelimit
 from .auth import Authenticator
 from .config import Config
 from .decision import Decision, decide
@@ -60,7 +60,7 @@ class Gateway:
         self.engine = EngineAdmission(self.spec, config.server)
         self.metrics = Metrics(self.engine.replica_states)
         self.state = state or open_state(config.state.path, config.state.flush_interval_s,
-                                         config.state.redis_url)
+                                         config.state.redis_url, config.state.timeout_s)
         self.auth = Authenticator(config.auth, state=self.state, on_reject=self._auth_rejected)
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
         # tier name -> the backend of a tier not served in process (``gateway.remote``)
@@ -156,8 +156,9 @@ class Gateway:
             raise shutting_down()
         tier, prompt = decision.tier, request.prompt_tokens
         cap = self.router.max_output(tier, prompt, request.max_tokens)
-        headers = self.auth.check(decision.principal, tier.name, prompt + cap, prompt, cap,
-                                  fast=decision.role.premium)
+        headers = await ratelimit.take(self.auth, self.state, self.config.state.limits_fail_open,
+                                       self.metrics, decision.principal, tier.name, prompt + cap,
+                                       prompt, cap, fast=decision.role.premium)
         fault = decision.fault
         ticket = Ticket(
             request, decision, tier, decision.role, cap, headers,

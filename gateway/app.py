@@ -33,6 +33,7 @@ from .remote import RemoteTiers
 from .response_store import ResponseStore
 from .shutdown import Shutdown
 from .state import StateBackend
+from .state.health import StateCollector
 from .turn import internal_error
 from .turn_http import RAW_SEND, http_endpoint
 from .watchdog import Watchdog
@@ -61,6 +62,8 @@ class _App(FastAPI):
 def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
     config = config or load_config()
     gateway = Gateway(config, state)
+    # fastmode_state_*: whether the shared state answers (gateway.state.health)
+    gateway.metrics.registry.register(StateCollector(gateway.state.health))
     remote = RemoteTiers(config, gateway.metrics, gateway.settle)  # upstream engines' tiers
     gateway.backends.update(dict.fromkeys(remote.pools, remote))  # one admission path
     watchdog = Watchdog(gateway)

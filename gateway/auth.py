@@ -4,6 +4,9 @@ Limits are token buckets per (key, tier): a bucket holds one minute's allowance 
 continuously, the way providers' ``x-ratelimit-*`` headers describe them. The fast tier has its
 own bucket, so fast traffic does not eat the standard allowance. Buckets live in the shared
 state (``gateway.state``); every refusal (401/403/429) is reported to ``on_reject`` (metrics).
+A turn takes from them with ``check_async`` (awaited before admission, ``gateway.ratelimit``:
+buckets in Redis are a network round trip); ``check`` is the same, synchronous, for buckets
+kept in this process.
 """
 
 from __future__ import annotations
@@ -86,11 +89,6 @@ class Authenticator:
             ))
         return principal
 
-    def _take_all(self, wants: list[Want], now: float) -> list[Take]:
-        if self.state is not None:
-            return self.state.take_all(wants, now)
-        return take_in_memory(self._local, wants, now)
-
     def check(self, principal: Principal | None, tier: str, tokens: int,
               input_tokens: int | None = None, output_tokens: int = 0,
               fast: bool = False) -> dict[str, str]:
@@ -101,9 +99,38 @@ class Authenticator:
         Returns the rate-limit headers to send: OpenAI's ``x-ratelimit-*`` and Anthropic's
         ``anthropic-ratelimit-*`` (``anthropic-fast-*`` for a fast tier's input and output
         tokens); each protocol keeps its own (``Protocol.limit_headers``).
+
+        Synchronous, for buckets kept in this process; a turn awaits ``check_async`` instead
+        (``gateway.ratelimit``), which works with any state backend.
         """
-        if principal is None:
+        plan = self._plan(principal, tier, tokens, input_tokens, output_tokens)
+        if plan is None:
             return {}
+        wanted, wants = plan
+        takes = (self.state.take_all(wants, self.clock()) if self.state is not None else
+                 take_in_memory(self._local, wants, self.clock()))
+        return self._verdict(tier, wanted, takes, fast)
+
+    async def check_async(self, principal: Principal | None, tier: str, tokens: int,
+                          input_tokens: int | None = None, output_tokens: int = 0,
+                          fast: bool = False) -> dict[str, str]:
+        """``check`` with the take awaited (Redis: one bounded round trip, off the loop);
+        raises ``StateUnavailable`` (503) when the state store does not answer."""
+        plan = self._plan(principal, tier, tokens, input_tokens, output_tokens)
+        if plan is None:
+            return {}
+        wanted, wants = plan
+        takes = (await self.state.take_all_async(wants, self.clock()) if self.state is not None
+                 else take_in_memory(self._local, wants, self.clock()))
+        return self._verdict(tier, wanted, takes, fast)
+
+    def _plan(self, principal: Principal | None, tier: str, tokens: int,
+              input_tokens: int | None, output_tokens: int,
+              ) -> tuple[list[tuple[str, int, int]], list[Want]] | None:
+        """What a request takes from which bucket (None: nothing to take); 403 for a tier the
+        key may not use."""
+        if principal is None:
+            return None
         key = principal.key
         if key.tiers and tier not in key.tiers:
             raise self._reject(APIError(
@@ -113,8 +140,7 @@ class Authenticator:
             ), tier)
         limit = key.limits.get(tier)
         if limit is None:
-            return {}
-        now = self.clock()
+            return None
         # the braces keep a key's buckets of a tier in one Redis Cluster slot (one script
         # takes from all of them); the key's id names them, never the key
         base = f"ratelimit|{{{principal.id}|{tier}}}|"
@@ -127,8 +153,11 @@ class Authenticator:
         ) if per]
         # all or nothing, atomically: a refusal by one bucket spends nothing from the others,
         # and two concurrent requests never both spend the last of a bucket
-        takes = self._take_all([(base + kind, amount, per / 60.0, per)
-                                for kind, per, amount in wanted], now)
+        return wanted, [(base + kind, amount, per / 60.0, per) for kind, per, amount in wanted]
+
+    def _verdict(self, tier: str, wanted: list[tuple[str, int, int]], takes: list[Take],
+                 fast: bool) -> dict[str, str]:
+        """The headers of a request the buckets took, or its 429."""
         got = {kind: t for (kind, _, _), t in zip(wanted, takes, strict=True)}
         if all(t.allowed for t in takes):
             return self._headers(wanted, got, fast)

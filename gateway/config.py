@@ -67,6 +67,12 @@ class StateConfig(Strict):
     # redis://host:port/db: share the state between gateway processes or machines (Redis
     # replaces the SQLite file); ${FASTMODE_REDIS_URL} expanded. "" = the embedded file.
     redis_url: str = Field("${FASTMODE_REDIS_URL:-}", validate_default=True)
+    # every Redis call on a request's path gives up after this long (connect, read, a free
+    # pooled connection); an outage then fails requests fast instead of holding them
+    timeout_s: float = Field(0.25, gt=0, le=5.0)
+    # Redis unavailable: a key with a limit is refused 503 (false) or served without its
+    # limit being counted (true). docs/deployment.md, "When Redis fails"
+    limits_fail_open: bool = False
 
     @field_validator("path")
     @classmethod

@@ -139,7 +139,7 @@ class EngineAdmission:
         dep = self.deployments[tier.deployment.name]
         replica = dep.choose(prefix, prompt)  # the replica the driver will pick
         sched = replica.scheduler
-        wait_steps, free_steps = self.queues.wait_steps(sched)
+        wait_steps, _ = self.queues.wait_steps(sched)
         step_s = self.step_seconds(sched)
         bound = self.server.max_queue_wait_s
         if wait_steps * step_s > bound:
@@ -149,7 +149,7 @@ class EngineAdmission:
             return dep.submit(prompt, output, cached, prefix, tier.priority)
         except Overloaded:
             self.queues.forget(sched)
-            raise Refused(max(free_steps * step_s, step_s)) from None
+            raise Refused(overflow.until_slot_frees(dep)) from None
         except TooLarge:
             raise APIError(
                 400,

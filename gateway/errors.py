@@ -7,6 +7,7 @@ logic sees the headers it expects (``retry-after``, ``x-should-retry``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -71,8 +72,9 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
 
 
 def retry_headers(seconds: float) -> dict[str, str]:
-    """``retry-after`` (whole seconds, at least 1) and ``retry-after-ms`` (exact)."""
-    return {
-        "retry-after": str(max(1, int(round(seconds)))),
-        "retry-after-ms": str(max(1, int(seconds * 1000))),
-    }
+    """``retry-after-ms`` (whole milliseconds) and ``retry-after`` (whole seconds), both
+    rounded up and the one from the other (``retry-after`` = ceil(``retry-after-ms`` / 1000)):
+    a client that waits either never retries before the stated time (a rounded-down figure
+    sends it back while the cause still holds). At least 1 ms and 1 s."""
+    ms = max(1, math.ceil(round(seconds * 1000, 6)))  # round(): 1.1 s is 1100 ms, not 1101
+    return {"retry-after": str(math.ceil(ms / 1000)), "retry-after-ms": str(ms)}

@@ -10,7 +10,12 @@ client would.
 ``retry-after`` is not a constant: ``QueueModel`` plays the replica's queue forward from the
 scheduler's public state — when each running sequence frees its slot (its remaining tokens),
 then each waiting one in FCFS order — at the replica's last step time, which gives both the
-modeled wait of a new request and when a retry would be admitted within the bound.
+modeled wait of a new request and when a retry would be admitted within the bound. A pool that
+is full (every waiting queue at its bound) takes a request again when its first running
+sequence finishes: ``until_slot_frees`` asks the backends for that modeled time
+(``backends.free_slot``: remaining tokens and prompt chunks times each step's modeled
+duration, valid before the first step too, when a burst fills the pool), so a client that
+retries at ``retry-after`` finds the slot, and one that retries earlier would not have.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from __future__ import annotations
 import heapq
 import math
 
+from backends.drivers import PoolHandle
+from backends.free_slot import free_slot_in
 from backends.scheduler import Scheduler
 
 from .config import ServerConfig
@@ -77,6 +84,12 @@ class QueueModel:
 
     def forget(self, sched: Scheduler) -> None:
         self._cache.pop(id(sched), None)
+
+
+def until_slot_frees(dep: PoolHandle) -> float:
+    """``retry-after`` of a full pool: seconds until any of its replicas takes one more request
+    (modeled, ``backends.free_slot``), at least ``MIN_RETRY_S``."""
+    return max(MIN_RETRY_S, free_slot_in((r.scheduler for r in dep.replicas), dep.driver.now))
 
 
 def fast_full(tier: str, server: ServerConfig, retry_s: float | None = None) -> APIError:

@@ -1,8 +1,8 @@
 """Shared gateway state (ledger, buckets, stored responses, settings) behind one interface.
 
 ``base.StateBackend`` is the contract; ``sqlite.SQLiteState`` the embedded default. A backend is
-chosen by ``open_state`` from the config (``[state]``); issue #15 adds Redis behind the same
-interface.
+chosen by ``open_state`` from the config (``[state]``): the SQLite file, or Redis
+(``redis_backend``), whose outages ``health`` turns into 503s, one log line and metrics.
 """
 
 from __future__ import annotations
@@ -25,21 +25,23 @@ from .base import (
     Want,
     take_in_memory,
 )
+from .health import StateHealth, StateUnavailable
 from .sqlite import SQLiteState
 
 __all__ = [
     "CANCELLED", "COMPLETED", "CUT", "ENDINGS", "FAILED", "REJECTED", "SHUTDOWN",
-    "SQLiteState", "StateBackend", "StoredResponse", "Take", "UsageRow", "UsageTotal",
-    "Want", "open_state", "take_in_memory",
+    "SQLiteState", "StateBackend", "StateHealth", "StateUnavailable", "StoredResponse",
+    "Take", "UsageRow", "UsageTotal", "Want", "open_state", "take_in_memory",
 ]
 
 
 def open_state(path: str | Path, flush_interval_s: float = 0.25,
-               redis_url: str = "") -> StateBackend:
+               redis_url: str = "", timeout_s: float = 0.25) -> StateBackend:
     """The backend for ``[state]``: Redis when ``redis_url`` is set (several gateway processes
-    or machines share it), else the SQLite file at ``path`` (``:memory:`` keeps nothing)."""
+    or machines share it; ``timeout_s`` bounds each of its calls on a request's path), else the
+    SQLite file at ``path`` (``:memory:`` keeps nothing)."""
     if redis_url:
         from .redis_backend import RedisState
 
-        return RedisState(redis_url, flush_interval_s=flush_interval_s)
+        return RedisState(redis_url, flush_interval_s=flush_interval_s, timeout_s=timeout_s)
     return SQLiteState(path, flush_interval_s=flush_interval_s)

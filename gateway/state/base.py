@@ -13,10 +13,16 @@ Four kinds of state, each with the consistency it needs and no more:
   ``take_all`` takes an amount from each of several buckets (a key's requests, tokens, input
   and output tokens of one tier) all or nothing, atomically: two concurrent requests never both
   spend the same tokens, and a request refused by one bucket spends nothing from the others.
-  It runs inside admission, synchronously: the single-process backend keeps buckets in memory;
-  Redis runs one script over all the buckets: one round trip per request, on the event loop
+  A turn awaits ``take_all_async`` just before admission (``gateway.ratelimit``): the
+  single-process backend answers from memory at once (``take_all``, synchronous, no I/O);
+  Redis runs one script over all the buckets on its asyncio client: one round trip per
+  request, bounded by ``[state] timeout_s``, never blocking the event loop
   (``bench/redis_state.py`` measures what Redis costs a request in all). Buckets may be lost on
   restart (they refill).
+* **availability** — ``health`` (``gateway.state.health``): a store that can fail (Redis)
+  raises ``StateUnavailable`` (a 503) from any call it cannot answer, fails fast while it is
+  known to be down, and logs one line per outage. Write-behind data (ledger rows, responses)
+  stays buffered in memory meanwhile and is written when the store is back.
 * **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
   ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
   ``get_response`` is async and must see every response put by any process once it is durable;
@@ -36,6 +42,7 @@ Four kinds of state, each with the consistency it needs and no more:
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -43,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import orjson
+
+from .health import StateHealth
 
 # how a request ended (UsageRow.ended)
 COMPLETED = "completed"  # the whole reply reached the client
@@ -198,6 +207,7 @@ class StateBackend(ABC):
     """Shared gateway state; see the module docstring for the contract."""
 
     flush_interval_s: float = 0.25
+    health: StateHealth  # whether the store answers (gateway.state.health); set per instance
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Open the store and load what is served from memory."""
@@ -231,7 +241,13 @@ class StateBackend(ABC):
     @abstractmethod
     def take_all(self, wants: Sequence[Want], now: float) -> list[Take]:
         """Take each amount from its bucket if every bucket has it, else nothing (atomically);
-        one ``Take`` per want, in order. ``now`` is monotonic s (Redis uses its own clock)."""
+        one ``Take`` per want, in order. ``now`` is monotonic s (Redis uses its own clock).
+        Synchronous: only a backend that keeps its buckets in this process answers it."""
+
+    async def take_all_async(self, wants: Sequence[Want], now: float) -> list[Take]:
+        """``take_all`` where the buckets may be remote (what a turn awaits); raises
+        ``StateUnavailable`` when the store does not answer."""
+        return self.take_all(wants, now)
 
     def take(self, bucket: str, amount: float, rate_per_s: float, burst: float,
              now: float) -> Take:
@@ -270,3 +286,21 @@ class StateBackend(ABC):
     @abstractmethod
     def settings(self, namespace: str, scope: str | None = None) -> dict[tuple[str, str], Any]:
         """``{(scope, name): value}`` of a namespace (or one scope), from memory."""
+
+
+def sum_rows(rows: list[UsageRow], per_day: bool, api_key: str | None) -> list[UsageTotal]:
+    """Totals per (key, tier[, day]) summed from ledger rows (a time window's totals)."""
+    acc: dict[tuple[str, str, str | None], UsageTotal] = {}
+    for r in rows:
+        if r.tier_served is None or (api_key is not None and r.api_key != api_key):
+            continue
+        day = time.strftime("%Y-%m-%d", time.gmtime(r.ts)) if per_day else None
+        t = acc.setdefault((r.api_key, r.tier_served, day),
+                           UsageTotal(r.api_key, r.tier_served, day))
+        t.requests += 1
+        t.input_tokens += r.input_tokens
+        t.cached_input_tokens += r.cached_input_tokens
+        t.output_tokens += r.output_tokens
+        t.reasoning_tokens += r.reasoning_tokens
+        t.cost_usd += r.cost_usd
+    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1], k[2] or ""))]

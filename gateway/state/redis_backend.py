@@ -3,11 +3,11 @@
 What LiteLLM and similar gateways keep in Redis for the same reason: every gateway replica
 must see the same rate-limit buckets, stored responses, usage totals and settings.
 
-- **buckets**: ``take`` runs one Lua script (atomic in Redis, on Redis's clock) per call, on a
-  synchronous connection: one loopback round trip inside admission, per request and only for a
-  key with a limit. That is what makes a limit exact across processes (a key limited to N
-  requests per minute gets N in total, however its requests are spread), where a local lease
-  would let each process overshoot or refuse early.
+- **buckets**: ``take_all_async`` runs one Lua script (atomic in Redis, on Redis's clock) per
+  call on the asyncio client: one loopback round trip that a turn awaits before admission, per
+  request and only for a key with a limit. That is what makes a limit exact across processes
+  (a key limited to N requests per minute gets N in total, however its requests are spread),
+  where a local lease would let each process overshoot or refuse early.
 - **ledger**: ``append_usage`` buffers; a background task writes each batch in one pipeline
   (``flush_interval_s``): the rows in a sorted set by time, and the totals per (key, tier) and
   per (key, tier, day) as hash counters (``HINCRBY``), so ``usage_totals`` reads a few hashes
@@ -20,6 +20,13 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
   refreshed from Redis every ``flush_interval_s`` (so rules set on one gateway apply on all).
 
 Durability is Redis's (``appendonly yes`` for the ledger to survive a Redis restart).
+
+Redis can fail (stopped, hung, out of memory); nothing here ever blocks the event loop. Every
+call goes through ``RedisLink`` (``redis_link``): bounded asyncio clients (``[state] timeout_s``
+on a request's path) and the breaker of ``health`` (``gateway.state.health``): a failure is a
+``StateUnavailable`` (503), logged once per outage, and calls fail fast until the background
+task's probe (every ``flush_interval_s``) finds Redis answering again; it then writes what was
+buffered meanwhile (rows and responses wait in memory; a restart during an outage loses them).
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ from typing import Any
 
 import orjson
 import redis
-import redis.asyncio as aioredis
 
 from .base import (
     TOTAL_FIELDS,
@@ -45,8 +51,11 @@ from .base import (
     UsageRow,
     UsageTotal,
     Want,
+    sum_rows,
     takes_after,
 )
+from .health import StateHealth, StateUnavailable
+from .redis_link import RedisLink
 
 log = logging.getLogger("fastmode.state.redis")
 
@@ -93,13 +102,15 @@ RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
 
 class RedisState(StateBackend):
     def __init__(self, url: str, *, prefix: str = "fastmode:", flush_interval_s: float = 0.25,
-                 response_cache: int = 1024, response_ttl_s: int = 30 * 86400) -> None:
+                 timeout_s: float = 0.25, response_cache: int = 1024,
+                 response_ttl_s: int = 30 * 86400) -> None:
         self.url = url
         self.prefix = prefix
         self.flush_interval_s = flush_interval_s
+        self.timeout_s = timeout_s
         self.response_ttl_s = response_ttl_s
-        self._r: aioredis.Redis | None = None
-        self._sync: redis.Redis | None = None
+        self.health = StateHealth("Redis", log)
+        self.link = RedisLink(url, timeout_s, self.health)
         self._take_sha = ""
         self._rows: list[UsageRow] = []
         self._cache = ResponseCache(response_cache)
@@ -116,10 +127,9 @@ class RedisState(StateBackend):
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._r = aioredis.from_url(self.url)
-        self._sync = redis.Redis.from_url(self.url, socket_timeout=2.0)
-        await self._r.ping()
-        self._take_sha = await self._r.script_load(_TAKE)
+        self.link.open()
+        await self.link.slow.ping()  # a Redis that is away at start fails the start, plainly
+        self._take_sha = await self.link.slow.script_load(_TAKE)
         await self._refresh_settings()
         self._tasks = [asyncio.create_task(self._background(), name="fastmode-state-redis"),
                        asyncio.create_task(self._response_writer(), name="fastmode-responses")]
@@ -130,22 +140,22 @@ class RedisState(StateBackend):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._r is not None:
-            await self.flush()
-            await self._r.aclose()
-            self._r = None
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
+        if self.link.opened:
+            try:
+                await self.flush()
+            except StateUnavailable:
+                log.error("state: Redis unavailable at exit: %d ledger rows and %d stored "
+                          "responses were not written", len(self._rows), len(self._responses))
+        await self.link.aclose()
 
     async def _background(self) -> None:
         while True:
             await asyncio.sleep(self.flush_interval_s)
-            try:
+            if not self.health.up and not await self.link.probe():
+                continue  # still away: rows and responses stay buffered
+            with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
                 await self.flush()
                 await self._refresh_settings()
-            except Exception:  # Redis away for a while: rows stay buffered, retried next round
-                log.exception("state: writing to Redis failed; retrying")
 
     # -- usage ledger -----------------------------------------------------------------------
 
@@ -156,10 +166,10 @@ class RedisState(StateBackend):
         await self._write_responses()
         async with self._flush_lock:
             rows, self._rows = self._rows, []
-            if not rows or self._r is None:
+            if not rows or not self.link.opened:
                 self._rows[:0] = rows
                 return
-            pipe = self._r.pipeline(transaction=True)
+            pipe = self.link.slow.pipeline(transaction=True)
             pipe.zadd(self._k("usage"), {_row_json(r): r.ts for r in rows})
             for r in rows:
                 if r.tier_served is None:
@@ -175,7 +185,7 @@ class RedisState(StateBackend):
                 pipe.sadd(self._k("tot-index"), _SEP.join((r.api_key, r.tier_served)))
                 pipe.sadd(self._k("totd-index"), _SEP.join((day, r.api_key, r.tier_served)))
             try:
-                await pipe.execute()
+                await self.link.call("flush", pipe.execute)
             except BaseException:
                 self._rows[:0] = rows  # keep them for the next round
                 raise
@@ -184,11 +194,14 @@ class RedisState(StateBackend):
     async def usage_totals(self, *, per_day: bool = False, api_key: str | None = None,
                            since: float | None = None) -> list[UsageTotal]:
         await self.flush()
-        assert self._r is not None
         if since is not None:  # a time window: summed from the rows themselves
-            return _sum_rows(await self.usage_rows(since=since, limit=10**9), per_day, api_key)
+            return sum_rows(await self.usage_rows(since=since, limit=10**9), per_day, api_key)
+        return await self.link.call("usage", lambda: self._totals(per_day, api_key))
+
+    async def _totals(self, per_day: bool, api_key: str | None) -> list[UsageTotal]:
+        bg = self.link.slow
         index = self._k("totd-index" if per_day else "tot-index")
-        members = sorted(_str(m) for m in await self._r.smembers(index))
+        members = sorted(_str(m) for m in await bg.smembers(index))
         out = []
         for member in members:
             parts = member.split(_SEP)
@@ -196,8 +209,8 @@ class RedisState(StateBackend):
             key, tier = parts[-2], parts[-1]
             if api_key is not None and key != api_key:
                 continue
-            h = await self._r.hgetall(self._k("totd", day, key, tier) if day is not None else
-                                      self._k("tot", key, tier))
+            h = await bg.hgetall(self._k("totd", day, key, tier) if day is not None else
+                                 self._k("tot", key, tier))
             vals = {_str(k): float(v) for k, v in h.items()}
             counts = {f: int(vals.get(f, 0)) for f in TOTAL_FIELDS[:-1]}
             out.append(UsageTotal(key, tier, day, cost_usd=vals.get("cost_usd", 0.0), **counts))
@@ -206,24 +219,33 @@ class RedisState(StateBackend):
     async def usage_rows(self, *, since: float | None = None,
                          limit: int = 10_000) -> list[UsageRow]:
         await self.flush()
-        assert self._r is not None
-        raw = await self._r.zrangebyscore(self._k("usage"), since or 0.0, "+inf", start=0,
-                                          num=limit)
+        bg = self.link.slow
+        raw = await self.link.call("usage", lambda: bg.zrangebyscore(
+            self._k("usage"), since or 0.0, "+inf", start=0, num=limit))
         return [UsageRow(**{f: d.get(f) for f in _ROW_FIELDS})
                 for d in (orjson.loads(_str(x)) for x in raw)]
 
     # -- buckets ----------------------------------------------------------------------------
 
     def take_all(self, wants: Sequence[Want], now: float) -> list[Take]:
-        """One script over all the buckets: one round trip, atomic across them."""
-        assert self._sync is not None, "RedisState.start() was not awaited"
+        raise TypeError("RedisState: buckets are in Redis; await take_all_async (a blocking "
+                        "call would hold the event loop for as long as Redis does)")
+
+    async def take_all_async(self, wants: Sequence[Want], now: float) -> list[Take]:
+        """One script over all the buckets: one round trip, atomic across them, bounded by
+        ``timeout_s``; ``StateUnavailable`` when Redis does not answer."""
+        r = self.link.fast
         keys = [self._k("bucket", name) for name, _, _, _ in wants]
         args = [x for _, amount, rate, burst in wants for x in (amount, rate, burst)]
-        try:
-            taken, *levels = self._sync.evalsha(self._take_sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:  # Redis restarted and forgot the script
-            self._take_sha = self._sync.script_load(_TAKE)
-            return self.take_all(wants, now)
+
+        async def take() -> Any:
+            try:
+                return await r.evalsha(self._take_sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:  # Redis restarted and forgot the script
+                self._take_sha = await r.script_load(_TAKE)
+                return await r.evalsha(self._take_sha, len(keys), *keys, *args)
+
+        taken, *levels = await self.link.call("take", take)
         return takes_after(wants, [float(x) for x in levels], bool(taken))
 
     # -- stored responses -------------------------------------------------------------------
@@ -235,27 +257,27 @@ class RedisState(StateBackend):
 
     async def _response_writer(self) -> None:
         """Writes stored responses as they come, every pending one in one pipeline: one
-        connection and about one round trip of delay, however many turns end at once."""
+        connection and about one round trip of delay, however many turns end at once. What
+        fails waits for the background task's next flush (after Redis is back)."""
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await self._write_responses()
+            with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
+                await self._write_responses()
 
     async def _write_responses(self) -> None:
         items, self._responses = self._responses, []
-        if not items or self._r is None:
+        if not items or not self.link.opened:
             self._responses[:0] = items
             return
-        pipe = self._r.pipeline(transaction=False)
+        pipe = self.link.slow.pipeline(transaction=False)
         for item in items:
             pipe.set(self._k("resp", item.id), item.encode(), ex=self.response_ttl_s)
         try:
-            await pipe.execute()
-        except Exception:
+            await self.link.call("put_response", pipe.execute)
+        except StateUnavailable:
             self._responses[:0] = items  # retried with the next ones (or at the next flush)
-            log.exception("state: storing responses in Redis failed; retrying")
-            await asyncio.sleep(self.flush_interval_s)
-            self._wake.set()
+            raise
 
     def cached_response(self, rid: str) -> StoredResponse | None:
         return self._cache.get(rid)
@@ -267,15 +289,15 @@ class RedisState(StateBackend):
         request's path), and a client that continues at once on another gateway can get here
         first. Only an id nobody stored pays the wait (its 4xx comes ~1 s later)."""
         hit = self._cache.get(rid)
-        if hit is not None or self._r is None:
+        if hit is not None or not self.link.opened:
             return hit
-        key = self._k("resp", rid)
-        raw = await self._r.get(key)
+        key, r = self._k("resp", rid), self.link.fast
+        raw = await self.link.call("get_response", lambda: r.get(key))
         for wait in RESPONSE_WAITS_S:
             if raw is not None:
                 break
             await asyncio.sleep(wait)
-            raw = await self._r.get(key)
+            raw = await self.link.call("get_response", lambda: r.get(key))
         if raw is None:
             return None
         item = StoredResponse.decode(raw)
@@ -283,32 +305,36 @@ class RedisState(StateBackend):
         return item
 
     async def delete_response(self, rid: str) -> bool:
+        deleted = 0 if not self.link.opened else await self.link.call(
+            "delete_response", lambda: self.link.fast.delete(self._k("resp", rid)))
         known = self._cache.pop(rid, None) is not None
-        deleted = await self._r.delete(self._k("resp", rid)) if self._r is not None else 0
         return known or deleted > 0
 
     # -- settings ---------------------------------------------------------------------------
 
     async def _refresh_settings(self) -> None:
-        assert self._r is not None
+        self._settings = await self.link.call("settings", self._read_settings)
+
+    async def _read_settings(self) -> dict[str, dict[tuple[str, str], Any]]:
+        bg = self.link.slow
         fresh: dict[str, dict[tuple[str, str], Any]] = {}
-        for ns in await self._r.smembers(self._k("settings-index")):
+        for ns in await bg.smembers(self._k("settings-index")):
             name = _str(ns)
-            h = await self._r.hgetall(self._k("settings", name))
+            h = await bg.hgetall(self._k("settings", name))
             values: dict[tuple[str, str], Any] = {}
             for k, v in h.items():
                 scope, _, key = _str(k).partition(_SEP)
                 values[(scope, key)] = orjson.loads(_str(v))
             fresh[name] = values
-        self._settings = fresh
+        return fresh
 
     async def put_setting(self, namespace: str, scope: str, name: str, value: Any) -> None:
         raw = orjson.dumps(value)
-        if self._r is not None:
-            pipe = self._r.pipeline(transaction=True)
+        if self.link.opened:
+            pipe = self.link.slow.pipeline(transaction=True)
             pipe.hset(self._k("settings", namespace), _SEP.join((scope, name)), raw)
             pipe.sadd(self._k("settings-index"), namespace)
-            await pipe.execute()
+            await self.link.call("settings", pipe.execute)
         self._settings.setdefault(namespace, {})[(scope, name)] = orjson.loads(raw)
 
     async def delete_settings(self, namespace: str, scope: str | None = None,
@@ -316,8 +342,10 @@ class RedisState(StateBackend):
         current = self._settings.get(namespace, {})
         doomed = [k for k in current
                   if (scope is None or k[0] == scope) and (name is None or k[1] == name)]
-        if doomed and self._r is not None:
-            await self._r.hdel(self._k("settings", namespace), *[_SEP.join(k) for k in doomed])
+        if doomed and self.link.opened:
+            names, bg = [_SEP.join(k) for k in doomed], self.link.slow
+            await self.link.call("settings", lambda: bg.hdel(self._k("settings", namespace),
+                                                              *names))
         for k in doomed:
             current.pop(k, None)
         return len(doomed)
@@ -328,19 +356,3 @@ class RedisState(StateBackend):
             return dict(current)
         return {k: v for k, v in current.items() if k[0] == scope}
 
-
-def _sum_rows(rows: list[UsageRow], per_day: bool, api_key: str | None) -> list[UsageTotal]:
-    acc: dict[tuple[str, str, str | None], UsageTotal] = {}
-    for r in rows:
-        if r.tier_served is None or (api_key is not None and r.api_key != api_key):
-            continue
-        day = time.strftime("%Y-%m-%d", time.gmtime(r.ts)) if per_day else None
-        t = acc.setdefault((r.api_key, r.tier_served, day),
-                           UsageTotal(r.api_key, r.tier_served, day))
-        t.requests += 1
-        t.input_tokens += r.input_tokens
-        t.cached_input_tokens += r.cached_input_tokens
-        t.output_tokens += r.output_tokens
-        t.reasoning_tokens += r.reasoning_tokens
-        t.cost_usd += r.cost_usd
-    return [acc[k] for k in sorted(acc, key=lambda k: (k[0], k[1], k[2] or ""))]

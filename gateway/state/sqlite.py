@@ -35,6 +35,7 @@ from .base import (
     Want,
     take_in_memory,
 )
+from .health import StateHealth
 
 log = logging.getLogger("fastmode.state")
 
@@ -64,6 +65,7 @@ class SQLiteState(StateBackend):
                  response_cache: int = 1024, responses_kept: int = 100_000) -> None:
         self.path = Path(path)
         self.flush_interval_s = flush_interval_s
+        self.health = StateHealth("sqlite", log)  # a local file: never "down"
         self.responses_kept = responses_kept
         self._pool: ThreadPoolExecutor | None = None  # the one thread that touches the file
         self._db: sqlite3.Connection | None = None

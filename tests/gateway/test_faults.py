@@ -174,7 +174,8 @@ async def test_an_injected_429_carries_retry_after_and_rate_limit_headers(app_fo
         r = await c.post("/v1/chat/completions", json=CHAT,
                          headers={"x-fastmode-fault": "429;s=2.5"})
     assert r.status_code == 429
-    assert r.headers["retry-after-ms"] == "2500" and r.headers["retry-after"] == "2"
+    # whole seconds rounded up (2.5 s is 3 s, never 2: a client must not retry early)
+    assert r.headers["retry-after-ms"] == "2500" and r.headers["retry-after"] == "3"
     assert r.headers["x-ratelimit-remaining-requests"] == "0"
     assert r.json()["error"]["code"] == "rate_limit_exceeded"
 

@@ -5,6 +5,7 @@ cut, its slot freed (gateway.watchdog, Turn._events)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -18,9 +19,11 @@ from test_openai_sdk import USER
 
 from backends.drivers import new_sequence
 from backends.engine import build
+from backends.free_slot import free_slot_in
 from backends.mockmodel import GenerationRequest
 from gateway.app import create_app
 from gateway.config import load_config
+from gateway.errors import APIError
 from gateway.overflow import QueueModel
 from gateway.protocols import CHAT, RequestContext
 from gateway.request import TurnRequest
@@ -128,6 +131,62 @@ async def test_a_reader_that_falls_behind_is_cut_with_an_error_event(small_app) 
     rows = await gateway.state.usage_rows()
     assert (rows[-1].ended, rows[-1].detail) == ("cut", "reader_lagging")
     assert rows[-1].output_tokens < 400
+
+
+SMALL_FAST = SMALL_QUEUE.replace("""[routes.frontier]
+standard = "standard"
+fast = "standard"
+""", """[deployments.fst]
+model = "frontier"
+hardware = "b200"
+chips = 8
+precision = "fp8"
+max_batch = 4
+max_waiting = 4
+[tiers.fast]
+deployment = "fst"
+[routes.frontier]
+standard = "standard"
+fast = "fast"
+""")
+
+
+@pytest.fixture
+async def fast_app(tmp_path) -> AsyncIterator:
+    path = tmp_path / "f.toml"
+    path.write_text(SMALL_FAST)
+    app = create_app(load_config(path))
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    yield app
+    await ctx.__aexit__(None, None, None)
+
+
+async def test_a_burst_that_fills_the_fast_pool_is_told_when_a_slot_frees(fast_app) -> None:
+    """Issue 28: a burst of long fast streams fills the pool before its first step; the
+    refused one was told ``retry-after-ms: 1`` (no step time known yet, prompts not decoding).
+    Now: the modeled time its first stream finishes (``backends.free_slot``, checked against
+    the timeline in tests/backends/test_free_slot.py), rounded up in both headers."""
+    gateway = fast_app.state.gateway
+    gen = GenerationRequest(messages=USER, ignore_eos=True)
+
+    async def fast(tokens: int):
+        return await gateway.admit(TurnRequest("frontier", "fast", gen, 20, tokens, True))
+
+    held = [await fast(3000) for _ in range(8)]  # 4 slots + 4 waiting, no step run yet
+    with pytest.raises(APIError) as refused:
+        await fast(3000)
+    dep = gateway.deployments["fst"]
+    expected = free_slot_in([r.scheduler for r in dep.replicas], dep.driver.now)
+    headers = refused.value.headers
+    assert refused.value.status == 429 and refused.value.code == "rate_limit_exceeded"
+    ms = int(headers["retry-after-ms"])
+    assert ms / 1000 == pytest.approx(expected, abs=0.005)
+    assert expected > 3.0  # 3,000 tokens a stream: seconds away, not a millisecond
+    assert headers["retry-after"] == str(math.ceil(ms / 1000))
+    for job in held:
+        job.cancel()
+        gateway.settle(job, 499)
 
 
 def test_a_reader_that_stops_reading_is_cut_and_its_slot_freed(server_factory) -> None:

@@ -84,10 +84,11 @@ async def two(url: str) -> tuple[RedisState, RedisState]:
 async def test_bucket_is_exact_across_processes(redis_url: str) -> None:
     a, b = await two(redis_url)
     try:
-        granted = [s.take("ratelimit|k|fast|requests", 1, 10 / 60, 10, 0.0).allowed
+        want = [("ratelimit|k|fast|requests", 1, 10 / 60, 10)]
+        granted = [(await s.take_all_async(want, 0.0))[0].allowed
                    for _ in range(15) for s in (a, b)]
         assert sum(granted) == 10  # a key limited to 10 per minute gets 10, not 10 each
-        refused = a.take("ratelimit|k|fast|requests", 1, 10 / 60, 10, 0.0)
+        refused = (await a.take_all_async(want, 0.0))[0]
         assert not refused.allowed and 0 < refused.retry_after_s <= 6.5
     finally:
         await a.close()
@@ -101,7 +102,7 @@ async def test_several_buckets_are_taken_all_or_nothing(redis_url: str) -> None:
     wants = [("ratelimit|{k|fast}|requests", 1, 10 / 60, 10),
              ("ratelimit|{k|fast}|tokens", 300, 1000 / 60, 1000)]
     try:
-        results = [s.take_all(wants, 0.0) for _ in range(3) for s in (a, b)]
+        results = [await s.take_all_async(wants, 0.0) for _ in range(3) for s in (a, b)]
         granted = [all(t.allowed for t in r) for r in results]
         assert sum(granted) == 3  # 3 x 300 tokens fit in 1,000; the 4th does not
         refused = results[granted.index(False)]
@@ -109,8 +110,8 @@ async def test_several_buckets_are_taken_all_or_nothing(redis_url: str) -> None:
         assert not tokens.allowed and tokens.retry_after_s > 0
         assert requests.retry_after_s == 0  # this bucket had room: it is not why
         # the refused requests spent nothing: 7 of 10 requests left, 100 tokens
-        left = a.take_all([(wants[0][0], 0, 10 / 60, 10), (wants[1][0], 0, 1000 / 60, 1000)],
-                          0.0)
+        left = await a.take_all_async([(wants[0][0], 0, 10 / 60, 10),
+                                       (wants[1][0], 0, 1000 / 60, 1000)], 0.0)
         assert left[0].remaining == pytest.approx(7, abs=0.1)
         assert left[1].remaining == pytest.approx(100, abs=1)
     finally:
