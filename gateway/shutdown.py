@@ -32,6 +32,7 @@ import uvicorn
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from .admission import Gateway, shutting_down
+from .connections import release
 from .state import SHUTDOWN
 
 log = logging.getLogger("fastmode.shutdown")
@@ -81,6 +82,10 @@ class DrainingWebSocket(WebSocketsSansIOProtocol):
         if self.handshake_complete and not self.close_sent:
             return
         super().shutdown()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        release(self)  # the connection cap's count (gateway.connections), if it was counted
+        super().connection_lost(exc)
 
 
 class GatewayServer(uvicorn.Server):

@@ -28,8 +28,8 @@ from starlette.types import Message, Receive, Scope, Send
 from .admission import Gateway, shutting_down
 from .errors import APIError
 from .ids import new_id
-from .limits import check_request
-from .protocols.base import Protocol, RequestContext, parse_json
+from .offload import counted, off_loop, validated
+from .protocols.base import Protocol, RequestContext
 from .state import CUT, FAILED
 from .turn import ClientGone, Turn
 
@@ -156,13 +156,14 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         try:
             if gateway.draining:
                 raise shutting_down()
-            body = parse_json(await request.body())
-            check_request(protocol.name, body, gateway.config.limits)
             gateway.faults.parse(request.headers)  # a malformed fault header is a 400
-            req = protocol.validate(body)
+            raw = await request.body()
+            # parse, bounds, validation and translation leave the loop for a large body
+            req = await off_loop(len(raw), validated, protocol, raw, gateway.config.limits)
             ctx = RequestContext(request.headers, fast_path, state.responses)
             await prefetch(req, ctx)
-            turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
+            turn = await off_loop(len(raw), counted, gateway, protocol.name,
+                                  Turn, gateway, protocol, req, ctx, request_id=request_id)
             job = await turn.start(state.remote, disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)
