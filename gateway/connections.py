@@ -58,11 +58,11 @@ def _client_counts(server_state: Any) -> dict[str, int]:
 
 def release(protocol: Any) -> None:
     """A counted connection closed (its HTTP protocol, or the websocket it became)."""
-    host = getattr(protocol, "_counted", None)
-    if host is None:
+    counted = getattr(protocol, "_counted", None)
+    if counted is None:
         return
     protocol._counted = None
-    counts = _client_counts(protocol.server_state)
+    counts, host = counted
     if host in counts:
         counts[host] -= 1
         if counts[host] <= 0:
@@ -100,7 +100,7 @@ class GatewayHttp(HttpToolsProtocol):
         self._refused = False
         self._pending: bytes | None = None  # a 431 waiting for earlier responses to go out
         self._heads = 0  # heads completed on this connection
-        self._counted: str | None = None
+        self._counted: tuple[dict[str, int], str] | None = None  # (counts, address)
         self._deadline: TimerHandle | None = None
         if not self._admit():
             return
@@ -127,7 +127,7 @@ class GatewayHttp(HttpToolsProtocol):
                                      b"retry-after: 1\r\n"))
             return False
         counts[host] = counts.get(host, 0) + 1
-        self._counted = host
+        self._counted = (counts, host)
         return True
 
     def _close_with(self, response: bytes) -> None:

@@ -85,8 +85,10 @@ class DrainingWebSocket(WebSocketsSansIOProtocol):
         super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        release(self)  # the connection cap's count (gateway.connections), if it was counted
-        super().connection_lost(exc)
+        try:
+            release(self)  # the connection cap's count (gateway.connections), if counted
+        finally:
+            super().connection_lost(exc)
 
 
 class GatewayServer(uvicorn.Server):
