@@ -106,6 +106,8 @@ CASES = [
     Case("chat: 100k tools", "/v1/chat/completions",
          _json(chat(user("hi"), tools=[tool(f"f{i}", {"type": "object"})
                                        for i in range(100_000)]))),
+    Case("chat: 5.3M empty arrays in an unknown field", "/v1/chat/completions",
+         lambda: orjson.dumps(chat(user("hi"), junk=[[]] * 5_300_000))),
     Case("chat: 390k-token prompt (fits the window)", "/v1/chat/completions",
          lambda: orjson.dumps(chat(user(_dots(390_000))))),
     Case("chat: 2,048 messages under the context window", "/v1/chat/completions",

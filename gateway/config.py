@@ -50,6 +50,7 @@ class LimitsConfig(Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     max_header_bytes: int = Field(32 * 1024, ge=1024)
     max_json_depth: int = Field(64, ge=4)
+    max_json_values: int = Field(1_000_000, ge=1000)  # , : [ { outside strings, pre-parse
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
     max_content_parts: int = Field(16384, ge=1)  # content parts in all messages together

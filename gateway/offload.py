@@ -29,11 +29,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
+
 from backends.tokenizer import PromptTooLong, prompt_budget
 
 from .config import LimitsConfig
 from .errors import APIError
-from .limits import check_request
+from .limits import check_json_values, check_request
 from .protocols.base import Protocol, parse_json
 
 if TYPE_CHECKING:
@@ -64,10 +66,15 @@ async def off_loop(size: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -
     return await asyncio.get_running_loop().run_in_executor(_executor(), call)
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """``parse_json`` with the cyclic GC paused: a body of a million small arrays would
-    otherwise trigger a collection every 700 of them (3x the parse's own time)."""
-    if len(raw) <= OFFLOAD_BYTES or not gc.isenabled():
+def parse_body(raw: bytes, limits: LimitsConfig | None = None) -> dict[str, Any]:
+    """``parse_json`` of a body whose values were counted first (``check_json_values``), with
+    the cyclic GC paused: a body of a million small arrays would otherwise trigger a
+    collection every 700 of them (3x the parse's own time)."""
+    if len(raw) <= OFFLOAD_BYTES:
+        return parse_json(raw)
+    if limits is not None:
+        check_json_values(raw, limits.max_json_values)
+    if not gc.isenabled():
         return parse_json(raw)
     gc.disable()
     try:
@@ -76,9 +83,21 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         gc.enable()
 
 
+def parse_frame(text: str, limits: LimitsConfig) -> Any:
+    """A websocket frame's JSON, bounded and parsed as ``parse_body`` does a body's."""
+    if len(text) <= OFFLOAD_BYTES:
+        return orjson.loads(text)
+    check_json_values(text.encode(), limits.max_json_values)
+    gc.disable()
+    try:
+        return orjson.loads(text)
+    finally:
+        gc.enable()
+
+
 def validated(protocol: Protocol, raw: bytes, limits: LimitsConfig) -> Any:
     """The raw body parsed, bounds-checked and validated: the protocol's request model."""
-    return checked(protocol, parse_body(raw), limits)
+    return checked(protocol, parse_body(raw, limits), limits)
 
 
 def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig) -> Any:

@@ -22,7 +22,7 @@ from ..admission import Gateway
 from ..errors import APIError, bad_request
 from ..job import Job
 from ..netem import NetworkModel, network_time
-from ..offload import checked, counted, off_loop
+from ..offload import checked, counted, off_loop, parse_frame
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.base import Frames
 from ..protocols.openai_responses import ResponsesRequest
@@ -178,7 +178,10 @@ class Session(ConnectionLife):
 
     async def _handle(self, text: str) -> None:
         try:  # a large frame is parsed, checked and translated off the loop (gateway.offload)
-            body = await off_loop(len(text), orjson.loads, text)
+            body = await off_loop(len(text), parse_frame, text, self.gateway.config.limits)
+        except APIError as exc:  # too many values to parse
+            await self._error(exc)
+            return
         except orjson.JSONDecodeError as exc:
             await self._error(bad_request(f"The frame is not valid JSON ({exc}).",
                                           code="invalid_json"))

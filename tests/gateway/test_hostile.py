@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from starlette.testclient import TestClient
 from test_openai_sdk import USER
 
@@ -194,3 +196,54 @@ async def test_openapi_describes_the_count_tokens_body(client) -> None:
     schema = spec["components"]["schemas"][ref]
     assert {"model", "messages", "tools", "system"} <= set(schema["properties"])
     assert "max_tokens" not in schema.get("required", [])
+
+
+def _marks(doc: Any) -> int:
+    """``,`` ``:`` ``[`` ``{`` of ``doc``'s compact JSON outside strings, from the document."""
+    if isinstance(doc, dict):
+        return 1 + len(doc) + max(0, len(doc) - 1) + sum(_marks(v) for v in doc.values())
+    if isinstance(doc, list):
+        return 1 + max(0, len(doc) - 1) + sum(_marks(v) for v in doc)
+    return 0
+
+
+json_docs = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(alphabet=',:[]{}"\\ ab\n'),
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(
+        st.text(alphabet=',:[{"\\ a', max_size=4), kids, max_size=5),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_docs, st.integers(1, 4))
+def test_values_are_counted_outside_strings(doc: Any, chunk: int) -> None:
+    from gateway import limits
+
+    raw = orjson.dumps(doc)
+    exact = _marks(doc)
+    saved = limits._PIECES_PER_CHUNK
+    limits._PIECES_PER_CHUNK = chunk  # chunks of a few pieces: every boundary is crossed
+    try:
+        assert limits.json_values(raw, exact) <= exact  # within the limit: never refused
+        if exact:
+            assert limits.json_values(raw, exact - 1) > exact - 1  # past it: always refused
+    finally:
+        limits._PIECES_PER_CHUNK = saved
+
+
+async def test_a_body_of_too_many_values_is_refused_before_it_is_parsed(client,
+                                                                        monkeypatch) -> None:
+    calls: list[int] = []
+    parse = offload.parse_json
+    monkeypatch.setattr(offload, "parse_json", lambda raw: calls.append(1) or parse(raw))
+    body = orjson.dumps({"model": "frontier", "max_tokens": 3, "messages": USER,
+                         "junk": [[]] * 1_100_000})
+    r = await client.post("/v1/chat/completions", content=body,
+                          headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_values", r.text
+    assert calls == []
+    # strings full of commas are not values: a long prompt of them is served
+    prose = {"model": "frontier", "max_tokens": 3,
+             "messages": USER, "user": ",:[{" * 300_000}  # (a string not tokenized)
+    r = await client.post("/v1/chat/completions", json=prose)
+    assert r.status_code == 200, r.text

@@ -35,7 +35,7 @@ class CountTokensRequest(MessagesRequest):
 def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, fast: bool,
            store: Any) -> int:
     """Parse, check, validate and count (off the loop for a large body, ``gateway.offload``)."""
-    body = parse_body(raw)
+    body = parse_body(raw, gateway.config.limits)
     check_request("messages", body, gateway.config.limits)
     body.setdefault("max_tokens", 1)  # not part of this endpoint's body
     req: MessagesRequest = validate(MessagesRequest, body)
