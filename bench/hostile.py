@@ -15,6 +15,7 @@ issue's list, the last ones its small findings (a 400 is the expected answer the
     python bench/hostile.py                  # start a server, run every case
     python bench/hostile.py --only dots      # cases whose name contains "dots"
     python bench/hostile.py --url http://127.0.0.1:8000   # a server already running
+    python bench/hostile.py --slowloris 3000  # 3,000 connections trickling a head instead
 """
 
 from __future__ import annotations
@@ -245,10 +246,62 @@ def run_case(case: Case, url: str, probe: Probe) -> tuple[str, int, float, float
     return status, len(body), took, stall, 0.0
 
 
+def slowloris(url: str, n: int, probe: Probe) -> None:
+    """``n`` connections from another loopback address (127.0.0.2: a client of its own), each
+    sending a request head a header line every 2 s, never its end, held open as long as the
+    server lets them; meanwhile a real request from 127.0.0.1. Prints what the server
+    answered them and when it closed them, and the /healthz stall."""
+    u = urlsplit(url)
+    host, port = u.hostname or "127.0.0.1", u.port or 80
+    source = ("127.0.0.2", 0) if host == "127.0.0.1" else None
+    socks: list[socket.socket] = []
+    failed = 0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        try:
+            s = socket.create_connection((host, port), timeout=5, source_address=source)
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+            socks.append(s)
+        except OSError:
+            failed += 1
+    opened = time.perf_counter()
+    real = post(host, port, "/v1/chat/completions", orjson.dumps(chat(user("hi"))))[0]
+    closed_at: dict[int, float] = {}
+    answers: dict[bytes, int] = {}
+    while len(closed_at) < len(socks) and time.perf_counter() - opened < 180:
+        for i, s in enumerate(socks):
+            if i in closed_at:
+                continue
+            try:
+                s.sendall(b"x-a: b\r\n")  # one more header line: the head never ends
+                s.setblocking(False)
+                data = s.recv(65536)
+                s.setblocking(True)
+            except BlockingIOError:
+                s.setblocking(True)
+                continue
+            except OSError:
+                data = b""
+            status = data[9:12] if data.startswith(b"HTTP/1.1 ") else b"close"
+            answers[status] = answers.get(status, 0) + 1
+            closed_at[i] = time.perf_counter() - opened
+        time.sleep(2.0)
+    for s in socks:
+        s.close()
+    held = sorted(closed_at.values())
+    said = ", ".join(f"{k.decode()}: {v}" for k, v in sorted(answers.items()))
+    print(f"slowloris: {n} connections ({failed} failed to connect); a real request meanwhile: "
+          f"{real}; the server ended {len(held)} of {len(socks)} ({said}), the last after "
+          f"{held[-1] if held else 0:.1f} s; {len(socks) - len(held)} still open at the end; "
+          f"worst /healthz {probe.worst(t0, time.perf_counter()):.2f} s")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="a gateway already running (default: start one)")
     ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--slowloris", type=int, default=0, metavar="N",
+                    help="instead: N connections trickling a head that never ends")
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -259,6 +312,9 @@ def main() -> int:
     probe.start()
     try:
         time.sleep(1.0)
+        if args.slowloris:
+            slowloris(url, args.slowloris, probe)
+            return 0
         idle_since = time.perf_counter()
         time.sleep(1.0)
         print(f"idle: worst /healthz {probe.worst(idle_since, time.perf_counter()) * 1000:.0f} ms"
