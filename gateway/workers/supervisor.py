@@ -100,9 +100,8 @@ def watch_parent() -> None:
 def _worker(config_json: str, index: int, sockets: list[str], host: str, port: int,
             log_level: str) -> None:
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
-    from ..app import create_app
-
     watch_parent()
+    from ..app import create_app
     from .aggregate import WorkerMetrics
     from .server import serve
 
