@@ -31,21 +31,35 @@ How a chat prompt is counted (``count_chat_prompt``), after the OpenAI cookbook 
   Anthropic-style ``tool_use`` / ``tool_result`` blocks count their name, input JSON and content;
 * 3 tokens priming the assistant's reply;
 * each tool definition counts the tokens of its JSON text (sorted keys, compact separators).
+
+Long texts (over ``CHUNK_CHARS``) are counted a chunk of ``CHUNK_TOKENS`` tokens at a time: one
+regular-expression call holds the GIL for as long as it runs (a 15.6 MB prompt of ``"."`` is
+15.6 M matches, ~4 s), so a request counted in a worker thread would still freeze the event
+loop if it were one call. Chunks give the loop the GIL back every few milliseconds, and give the
+count a place to stop: inside ``prompt_budget(limit)`` (the gateway sets the largest context
+window it serves) counting raises ``PromptTooLong`` as soon as a prompt is known to be longer
+than ``limit``, so a prompt far over any window costs what ``limit`` tokens cost, not its size.
+Chunking never changes a count: the pattern has no look-behind and no anchors, so the scan of
+the rest after N matches is the scan of the whole from there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 __all__ = [
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "REPLY_PRIMING",
+    "PromptTooLong",
     "count_chat_prompt",
     "count_tokens",
+    "prompt_budget",
     "tokenize",
 ]
 
@@ -61,35 +75,85 @@ _TOKEN_RE = re.compile(
     r"|\s+"  # any other whitespace run
 )
 
+CHUNK_CHARS = 65536  # texts longer than this are counted in chunks...
+CHUNK_TOKENS = 32768  # ...of this many tokens (~8 ms of matching at worst, one "." a token)
+
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 _IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image", "image_file"})
 
 
+class PromptTooLong(Exception):
+    """Counting stopped: the prompt has more than ``limit`` tokens (``counted`` so far)."""
+
+    def __init__(self, counted: int, limit: int) -> None:
+        super().__init__(f"more than {limit} tokens (counting stopped at {counted})")
+        self.counted = counted
+        self.limit = limit
+
+
+_BUDGET: ContextVar[int | None] = ContextVar("fastmode_prompt_budget", default=None)
+
+
+@contextlib.contextmanager
+def prompt_budget(limit: int) -> Iterator[None]:
+    """Prompt counts inside this block raise ``PromptTooLong`` past ``limit`` tokens."""
+    token = _BUDGET.set(limit)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+def _over(total: int) -> None:
+    limit = _BUDGET.get()
+    if limit is not None and total > limit:
+        raise PromptTooLong(total, limit)
+
+
 def tokenize(text: str) -> list[str]:
     """Split ``text`` into token strings; joining them gives ``text`` back exactly."""
-    return _TOKEN_RE.findall(text)
+    if len(text) <= CHUNK_CHARS:
+        return _TOKEN_RE.findall(text)
+    out: list[str] = []
+    while text:  # each chunk ends where a scan of the whole would have ended a token
+        rest, _ = _TOKEN_RE.subn("", text, count=CHUNK_TOKENS)
+        out += _TOKEN_RE.findall(text, 0, len(text) - len(rest))
+        text = rest
+    return out
 
 
 def count_tokens(text: str) -> int:
     """Number of tokens in ``text``, without building the token list.
 
     ``subn`` with an empty replacement counts the matches inside the regex engine; since every
-    character belongs to some token, the (empty) result string costs nothing to build.
+    character belongs to some token, the (empty) result string costs nothing to build. With a
+    ``count`` it stops after that many matches, and what it returns is the text not yet
+    matched: the next chunk.
     """
     if not text:
         return 0
-    return _TOKEN_RE.subn("", text)[1]
+    if len(text) <= CHUNK_CHARS:
+        return _TOKEN_RE.subn("", text)[1]
+    total = 0
+    while text:
+        text, n = _TOKEN_RE.subn("", text, count=CHUNK_TOKENS)
+        total += n
+        _over(total)
+    return total
 
 
 def count_chat_prompt(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
 ) -> int:
-    """Prompt tokens of a chat request: messages with their framing, reply priming, tools."""
+    """Prompt tokens of a chat request: messages with their framing, reply priming, tools.
+    Inside ``prompt_budget``, stops with ``PromptTooLong`` once the total is past it."""
     total = REPLY_PRIMING
     for message in messages:
         total += _count_message(message)
+        _over(total)
     for tool in tools or ():
         total += count_tokens(_compact_json(tool))
+        _over(total)
     return total
 
 
@@ -136,6 +200,8 @@ def _count_part(part: Any) -> int:
     if not isinstance(part, Mapping):
         return 0
     kind = part.get("type")
+    if not isinstance(kind, str):  # e.g. a list: unhashable (the gateway refuses it first)
+        kind = None
     if kind in _IMAGE_PART_TYPES:
         return IMAGE_TOKENS
     if kind in _TEXT_PART_TYPES or isinstance(part.get("text"), str):

@@ -83,6 +83,20 @@ def configure(args: argparse.Namespace) -> Config:
     return config.model_copy(update={"server": server, "state": state})
 
 
+def ledger_location(state: StateConfig) -> str:
+    """Where the usage ledger (and the rest of the state) is: the Redis server when one is
+    configured (its credentials left out), else the SQLite file."""
+    if not state.redis_url:
+        return state.path
+    from urllib.parse import urlsplit
+
+    url = urlsplit(state.redis_url)
+    where = url.hostname or url.path
+    if url.port:
+        where += f":{url.port}"
+    return f"Redis at {url.scheme}://{where}{url.path if url.hostname else ''}"
+
+
 def check_ledger(path: str, redis_url: str = "") -> None:
     """Open the ledger file now (and close it): an unwritable path is a one-line error before
     the banner, not a failure of the app's start-up after it."""
@@ -143,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  websocket:            ws://{server.host}:{port}/v1/responses")
     print(f"  metrics:              {base}/metrics")
     print(f"  dashboard:            {base}/dashboard   (the buses filling, live)")
-    print(f"  usage ledger:         {config.state.path}", flush=True)
+    print(f"  usage ledger:         {ledger_location(config.state)}", flush=True)
     serve(app, config, [sock], args.log_level)  # uvicorn with the gateway's settings
     return 0
 

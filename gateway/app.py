@@ -121,7 +121,8 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
     responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items
-    count_tokens.add_routes(app)  # POST /v1/messages/count_tokens
+    count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens
+        count_tokens.CountTokensRequest, bodies, gateway.models))
     return app
 
 

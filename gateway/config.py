@@ -38,6 +38,12 @@ class ServerConfig(Strict):
     ws_max_connections: int = Field(1024, ge=1)  # open websockets, whole server
     ws_max_connections_per_key: int = Field(64, ge=1)  # open websockets per API key
     ws_idle_timeout_s: float = Field(300.0, gt=0)  # a websocket with no frame and no turn
+    # connection hygiene (gateway.connections): a request head must be complete this long
+    # after the connection opened (or a keep-alive connection's next request began): 408
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_timeout_s: int = Field(5, ge=1)  # an idle keep-alive connection is closed
+    max_connections: int = Field(8192, ge=1)  # open connections, whole process: 503 past it
+    max_connections_per_client: int = Field(2048, ge=1)  # from one client address: 429
 
 
 class LimitsConfig(Strict):
@@ -46,8 +52,10 @@ class LimitsConfig(Strict):
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     max_header_bytes: int = Field(32 * 1024, ge=1024)
     max_json_depth: int = Field(64, ge=4)
+    max_json_values: int = Field(1_000_000, ge=1000)  # , : [ { outside strings, pre-parse
     max_messages: int = Field(2048, ge=1)
     max_tools: int = Field(128, ge=1)
+    max_content_parts: int = Field(16384, ge=1)  # content parts in all messages together
     max_stop_sequences: int = Field(16, ge=1)
     max_stop_sequence_chars: int = Field(1024, ge=1)
     max_schema_depth: int = Field(32, ge=2)

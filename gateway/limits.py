@@ -1,16 +1,19 @@
 """Bounds on everything a client controls, checked before the work.
 
-Three layers, each as early as it can be:
+Four layers, each as early as it can be:
 
-* **the HTTP head** (``BoundedHttpTools``): uvicorn's httptools protocol buffers a request's
-  head without limit; this subclass counts the bytes of the head as they arrive and answers
-  431 once they pass ``limits.max_header_bytes``, before the rest is buffered;
+* **the HTTP head** (``gateway.connections``): 431 once it passes ``limits.max_header_bytes``,
+  before the rest is buffered, and a deadline to send it;
 * **the body** (``BodyLimit``, ASGI middleware): a declared ``content-length`` over
   ``limits.max_body_bytes`` is answered 413 before a byte of the body is read; a chunked body
   is counted as it arrives and refused the moment it passes the bound;
-* **the parsed request** (``check_request``): JSON nesting depth (iteratively, so a 1,000-deep
-  object is a 400, not a ``RecursionError``), message / tool / stop-sequence counts, and every
-  tool's JSON schema: valid against the JSON Schema meta-schema (``jsonschema``), and bounded in
+* **the raw body** (``check_json_values``, before ``orjson.loads``): at most
+  ``limits.max_json_values`` values, so that no body within the size bound takes seconds to
+  parse (a parse holds the GIL);
+* **the parsed request** (``check_request``): message / tool / content-part / stop-sequence
+  counts first (they cost nothing and bound every walk after them), content parts' ``type``,
+  JSON nesting depth (iteratively, so a 1,000-deep object is a 400, not a ``RecursionError``),
+  and every tool's and structured output's JSON schema: valid against the JSON Schema meta-schema (``jsonschema``), and bounded in
   the keywords that drive value generation (``minItems``, ``maxItems``, ``minLength``, enum
   size, nesting, and the worst-case number of values a schema asks for), so that no schema makes
   generation slow. Each refusal is a 400 naming the field.
@@ -18,20 +21,16 @@ Three layers, each as early as it can be:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import httptools
-import orjson
 from jsonschema import Draft202012Validator, SchemaError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import LimitsConfig
 from .errors import APIError, bad_request
-from .ids import new_id
 
-LINGER_S = 1.0  # a refused head: further bytes are dropped this long before the close
 GENERATOR_DEPTH = 6  # backends.mockmodel.schema_values follows optional parts this deep only
 
 
@@ -79,95 +78,42 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-class _HeadTooLarge(Exception):
-    """Raised inside the parser's headers-complete callback to stop before any dispatch."""
+# -- the raw body, before it is parsed -----------------------------------------------------
+
+# every byte of a body is in one match: a JSON string, a run outside strings, or a lone quote
+_PIECES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[^"]+|"')
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_PIECES_PER_CHUNK = 1 << 15
+_MARKS = (b",", b":", b"[", b"{")
 
 
-class BoundedHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a bound on the request head (431 past it).
+def json_values(raw: bytes, limit: int) -> int:
+    """An upper bound of the values and members in a JSON body (its ``,`` ``:`` ``[`` ``{``
+    outside strings), counted only as far as needed to tell whether it is over ``limit``.
 
-    The head is counted from the first byte of a request: a chunk that leaves it incomplete
-    counts whole; the chunk that completes it counts up to the blank line that ends it (so a
-    body that arrived with its head does not count), checked in the headers-complete callback,
-    before the request is dispatched to the app. The parser has seen at most the bound plus one
-    read (asyncio reads at most 256 KiB) when the 431 goes out. ``max_header_bytes`` is set by
-    ``fastmode serve``.
-    """
+    ``orjson.loads`` is one C call that holds the GIL: 5 million empty arrays take it for
+    ~0.6 s, whatever thread runs it. Its cost follows the number of values, so the body's
+    values are bounded before it is parsed. The marks of the whole body, strings included,
+    are counted first (four ``bytes.count``, ~2 ms for 16 MB); only a body over the limit
+    by that count has its strings taken out, a chunk of ``_PIECES_PER_CHUNK`` pieces at a
+    time (each chunk ends outside a string; the GIL is free between chunks)."""
+    total = sum(raw.count(m) for m in _MARKS)
+    if total <= limit:
+        return total
+    total, rest = 0, raw
+    while rest and total <= limit:
+        after, _ = _PIECES.subn(b"", rest, count=_PIECES_PER_CHUNK)
+        chunk = _STRING.sub(b"", rest[:len(rest) - len(after)])
+        total += sum(chunk.count(m) for m in _MARKS)
+        rest = after
+    return total
 
-    max_header_bytes = 32 * 1024
 
-    def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
-        self._in_head = True  # between a message's first byte and its headers' end
-        self._head = 0  # bytes of the current head in earlier chunks
-        self._tail = b""  # the last bytes of the previous chunk (a split blank line)
-        self._chunk = b""  # the chunk being parsed
-        self._path = b""  # from the request line, for the error format of the route
-        self._refused = False
-        self._heads = 0  # heads completed on this connection
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self._in_head, self._head, self._tail = True, 0, b""
-
-    def on_headers_complete(self) -> None:
-        seen = self._tail + self._chunk
-        end = seen.find(b"\r\n\r\n")
-        size = self._head + (end + 4 - len(self._tail) if end >= 0 else len(self._chunk))
-        self._in_head, self._head, self._tail = False, 0, b""
-        self._heads += 1
-        if size > self.max_header_bytes:
-            raise _HeadTooLarge()  # before the request is dispatched
-        super().on_headers_complete()
-
-    def data_received(self, data: bytes) -> None:
-        """uvicorn's, with the head counted and a 431 instead of a dispatch past the bound."""
-        if self._refused:
-            return  # the rest of a refused request: read and dropped (a lingering close)
-        if self._in_head and not self._head:  # "METHOD /path HTTP/1.1" starts the head
-            self._path = data[:2048].split(b" ", 2)[1] if data.count(b" ", 0, 2048) >= 2 else b""
-        self._unset_keepalive_if_required()
-        self._chunk = data
-        was_in_head, heads = self._in_head, self._heads
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-            return
-        except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
-                self._refuse()
-            else:
-                self.logger.warning("Invalid HTTP request received.")
-                self.send_400_response("Invalid HTTP request received.")
-            return
-        finally:
-            self._chunk = b""
-        if was_in_head and heads == self._heads:  # no head ended here: the chunk counts whole
-            self._head += len(data)
-            self._tail = data[-3:]
-            if self._head > self.max_header_bytes:
-                self._refuse()
-
-    def _refuse(self) -> None:
-        from .protocols import for_path  # the route's own error format (OpenAI's, Anthropic's)
-
-        error = APIError(
-            431, f"The request's headers are larger than {self.max_header_bytes} bytes.",
-            code="request_header_fields_too_large")
-        path = self._path.split(b"?", 1)[0].decode("latin-1")
-        body = orjson.dumps(for_path(path).error_body(error, new_id("req")))
-        self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json"
-            b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
-            + body)
-        # a lingering close: closing while the client still sends its head would reset the
-        # connection before it reads the 431; drop what comes for a second, then close
-        self._refused = True
-        self.loop.call_later(LINGER_S, self.transport.close)
+def check_json_values(raw: bytes, limit: int) -> None:
+    """400 before parsing a body with more than ``limit`` values (``json_values``)."""
+    if json_values(raw, limit) > limit:
+        raise bad_request(f"The request body has more than {limit} JSON values.",
+                          code="too_many_values")
 
 
 # -- the parsed request --------------------------------------------------------------------
@@ -214,12 +160,60 @@ def _tool_schemas(protocol: str, body: Mapping[str, Any]) -> list[tuple[str, Any
     return out
 
 
+_FORMAT_SCHEMAS = {  # where each protocol's structured-output schema is in the body
+    "chat": (("response_format", "json_schema", "schema"),),
+    "responses": (("text", "format", "schema"),),
+    "messages": (("output_config", "format", "schema"), ("output_format", "schema")),
+}
+
+
+def _format_schemas(protocol: str, body: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    for path in _FORMAT_SCHEMAS.get(protocol, ()):
+        node: Any = body
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            yield ".".join(path), node
+
+
+def _parts(body: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(param, part) for every content part: of messages / input items, of an Anthropic
+    ``tool_result`` block inside them, and of a ``system`` list."""
+    for field in ("messages", "input"):
+        items = body.get(field)
+        for i, item in enumerate(items if isinstance(items, list) else ()):
+            content = item.get("content") if isinstance(item, dict) else None
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                yield f"{field}[{i}].content[{j}]", part
+                inner = part.get("content") if isinstance(part, dict) else None
+                for k, sub in enumerate(inner if isinstance(inner, list) else ()):
+                    yield f"{field}[{i}].content[{j}].content[{k}]", sub
+    system = body.get("system")
+    for j, part in enumerate(system if isinstance(system, list) else ()):
+        yield f"system[{j}]", part
+
+
+def check_parts(body: Mapping[str, Any], limit: int) -> None:
+    """At most ``limit`` content parts, each one's ``type`` a string (a list there was a 500
+    in the tokenizer, issue 28)."""
+    for n, (param, part) in enumerate(_parts(body), 1):
+        if n > limit:
+            raise bad_request(f"The request has more than {limit} content parts.",
+                              param=param, code="too_many_items")
+        if isinstance(part, dict) and not isinstance(part.get("type", ""), str):
+            raise bad_request(f"Invalid type for '{param}.type': expected a string, but got "
+                              f"{type(part['type']).__name__} instead.", param=f"{param}.type",
+                              code="invalid_type")
+
+
 def check_request(protocol: str, body: Mapping[str, Any], limits: LimitsConfig) -> None:
-    """Every bound of a parsed request body; raises a 400 naming the field."""
-    check_depth(body, limits.max_json_depth)
+    """Every bound of a parsed request body; raises a 400 naming the field. The counts come
+    first: they cost nothing, and the walks after them are bounded by them."""
     _count(body, "messages", limits.max_messages)
     _count(body, "input", limits.max_messages)
     _count(body, "tools", limits.max_tools)
+    check_parts(body, limits.max_content_parts)
+    check_depth(body, limits.max_json_depth)
     for field in ("stop", "stop_sequences"):
         stops = body.get(field)
         if isinstance(stops, list):
@@ -231,21 +225,26 @@ def check_request(protocol: str, body: Mapping[str, Any], limits: LimitsConfig) 
                         "characters.", param=f"{field}[{i}]", code="invalid_value")
     for param, schema in _tool_schemas(protocol, body):
         check_tool_schema(schema, param, limits)
+    for param, schema in _format_schemas(protocol, body):  # the same bounds as a tool's
+        check_tool_schema(schema, param, limits, "schema", "invalid_json_schema")
 
 
-def check_tool_schema(schema: Any, param: str, limits: LimitsConfig) -> None:
+def check_tool_schema(schema: Any, param: str, limits: LimitsConfig, what: str = "tool schema",
+                      code: str = "invalid_tool_schema") -> None:
     """A tool's JSON schema: an object, valid JSON Schema, and cheap to generate values for."""
     if not isinstance(schema, dict):
         raise bad_request(f"Invalid '{param}': a JSON schema must be an object.", param=param,
-                          code="invalid_tool_schema")
+                          code=code)
     check_depth(schema, limits.max_schema_depth, param)
+    cost = _Cost(schema, param, limits, what, code)
+    cost.enums()  # before the meta-schema walks a million-value enum
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = _path(param, list(exc.absolute_path))
-        raise bad_request(f"Invalid tool schema at '{where}': {exc.message[:200]}",
-                          param=where, code="invalid_tool_schema") from None
-    _Cost(schema, param, limits).check()
+        raise bad_request(f"Invalid {what} at '{where}': {exc.message[:200]}",
+                          param=where, code=code) from None
+    cost.check()
 
 
 def _path(param: str, parts: list[Any]) -> str:
@@ -263,10 +262,12 @@ class _Cost:
     A mandatory recursion through ``$ref`` is infinite and refused.
     """
 
-    def __init__(self, root: dict[str, Any], param: str, limits: LimitsConfig) -> None:
+    def __init__(self, root: dict[str, Any], param: str, limits: LimitsConfig,
+                 what: str = "tool schema", code: str = "invalid_tool_schema") -> None:
         self.root = root
         self.param = param
         self.limits = limits
+        self.what, self.code = what, code
 
     def check(self) -> None:
         total = self.size(self.root, self.param, 0)
@@ -275,8 +276,24 @@ class _Cost:
                       f"{self.limits.max_schema_values})")
 
     def fail(self, where: str, why: str) -> None:
-        raise bad_request(f"Invalid tool schema at '{where}': {why}.", param=where,
-                          code="invalid_tool_schema")
+        raise bad_request(f"Invalid {self.what} at '{where}': {why}.", param=where,
+                          code=self.code)
+
+    def enums(self) -> None:
+        """Any ``enum`` over the bound, found without looking inside it."""
+        limit = self.limits.max_schema_enum
+        stack: list[tuple[Any, str]] = [(self.root, self.param)]
+        while stack:
+            node, where = stack.pop()
+            if isinstance(node, dict):
+                enum = node.get("enum")
+                if isinstance(enum, list) and len(enum) > limit:
+                    self.fail(f"{where}.enum", f"{len(enum)} values, at most {limit}")
+                stack.extend((v, f"{where}.{k}") for k, v in node.items()
+                             if k != "enum" and isinstance(v, dict | list))
+            else:
+                stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node)
+                             if isinstance(v, dict | list))
 
     def resolve(self, node: Any, where: str) -> Any:
         for _ in range(8):

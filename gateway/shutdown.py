@@ -3,9 +3,10 @@
 ``fastmode serve`` runs uvicorn through ``GatewayServer``, whose signal handler calls
 ``Shutdown.begin`` before uvicorn's own shutdown starts. Then:
 
-1. the gateway is *draining*: new requests are answered 503 ``server_shutting_down`` (uvicorn
-   also closes its listening socket, so new connections are refused), websocket sessions answer
-   new ``response.create`` frames with an error event, and ``/readyz`` says 503;
+1. the gateway is *draining*: new requests are answered 503 ``server_shutting_down``, websocket
+   sessions answer new ``response.create`` frames with an error event, and ``/readyz`` says
+   503 — on new connections too: the listening sockets stay open until the turns have ended
+   (``GatewayServer.shutdown``), so a load balancer sees 503, not a refused connection;
 2. turns in flight (HTTP streams, non-streamed requests, websocket turns) may finish for
    ``server.shutdown_grace_s``;
 3. those still running then end with the protocol's error event (``server_shutting_down``,
@@ -32,6 +33,7 @@ import uvicorn
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from .admission import Gateway, shutting_down
+from .connections import release
 from .state import SHUTDOWN
 
 log = logging.getLogger("fastmode.shutdown")
@@ -82,6 +84,12 @@ class DrainingWebSocket(WebSocketsSansIOProtocol):
             return
         super().shutdown()
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            release(self)  # the connection cap's count (gateway.connections), if counted
+        finally:
+            super().connection_lost(exc)
+
 
 class GatewayServer(uvicorn.Server):
     """uvicorn's server, telling the app's ``Shutdown`` when a signal asks it to stop."""
@@ -98,6 +106,18 @@ class GatewayServer(uvicorn.Server):
             yield
             self._captured_signals = [s for s in self._captured_signals
                                       if s != signal.SIGTERM]
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        """uvicorn's shutdown begins by closing the listening sockets: a load balancer would
+        then find ``/readyz`` unreachable rather than 503 for the whole drain. So the drain
+        (step 2-3) runs first, with the sockets open: new connections are answered (503 to
+        model requests, ``/readyz`` 503, ``/healthz`` 200) until the turns have ended."""
+        self.drain.begin()
+        task = self.drain.task
+        if task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(task), self.drain.grace_s + MARGIN_S)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         super().handle_exit(sig, frame)

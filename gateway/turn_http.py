@@ -29,9 +29,9 @@ from .admission import Gateway, shutting_down
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
-from .limits import check_request
+from .offload import counted, off_loop, validated
 from .ownership import deferred
-from .protocols.base import Protocol, RequestContext, parse_json
+from .protocols.base import Protocol, RequestContext
 from .state import CUT, FAILED
 from .tickets import ClientGone
 from .turn import Turn
@@ -156,14 +156,15 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         try:
             if gateway.draining:
                 raise shutting_down()
-            body = parse_json(await request.body())
-            check_request(protocol.name, body, gateway.config.limits)
-            req = protocol.validate(body)
+            raw = await request.body()
+            # parse, bounds, validation and translation leave the loop for a large body
+            req = await off_loop(len(raw), validated, protocol, raw, gateway.config.limits)
             # stored responses as this request's key sees them (gateway.ownership)
             store = state.responses.seen_by(deferred(gateway.auth, request.headers))
             ctx = RequestContext(request.headers, fast_path, store)
             await prefetch(req, ctx)
-            turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
+            turn = await off_loop(len(raw), counted, gateway, protocol.name,
+                                  Turn, gateway, protocol, req, ctx, request_id=request_id)
             job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)

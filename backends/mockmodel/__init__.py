@@ -25,6 +25,7 @@ from .pieces import finish_tool_calls, with_reasoning
 from .prose import last_user_text, text_reply, tool_result_opener
 from .request import (
     BOTCH_KINDS,
+    CUE_CHARS,
     DEFAULT_QUALITY,
     REASONING,
     TEXT,
@@ -37,6 +38,7 @@ from .request import (
     ScriptRule,
     ToolCall,
     ToolSpec,
+    cue_text,
     message_text,
 )
 from .schema_check import validate_arguments, validate_value
@@ -50,6 +52,7 @@ from .toolcalls import make_calls, wants_tool
 
 __all__ = [
     "BOTCH_KINDS",
+    "CUE_CHARS",
     "DEFAULT_BEHAVIOR",
     "DEFAULT_QUALITY",
     "REASONING",
@@ -68,6 +71,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "check_schema",
+    "cue_text",
     "generate",
     "generate_value",
     "message_text",
@@ -104,9 +108,10 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
     last_role = str(last.get("role", "")) if last is not None else ""
     user_text = message_text(last) if last_role == "user" else ""
     if last_role == "user":
-        rule = match_script(scripts, user_text)
+        rule = match_script(scripts, user_text)  # the operator's rules see the whole text
         if rule is not None:
             return scripted(rule, req, streams)
+    user_text = cue_text(user_text)
     if wants_tool(req, last_role):
         calls = []
         for k, (call, arguments, tool) in enumerate(make_calls(req, streams, user_text,

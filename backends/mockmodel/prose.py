@@ -15,7 +15,7 @@ from ..tokenizer import count_tokens
 from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
 from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from .pieces import finish_text
-from .request import Generation, GenerationRequest, message_text
+from .request import Generation, GenerationRequest, cue_text, message_text
 from .streams import Streams
 from .wordbank import (
     ADJECTIVES,
@@ -59,10 +59,11 @@ def text_reply(
 
 
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The text of the conversation's last user message (what the reply answers)."""
+    """The text of the conversation's last user message (what the reply answers), as far as
+    the model reads it for cues (``cue_text``)."""
     for message in reversed(messages):
         if message.get("role") == "user":
-            return message_text(message)
+            return cue_text(message_text(message))
     return ""
 
 

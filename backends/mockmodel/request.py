@@ -146,6 +146,19 @@ class Generation:
         return self.reasoning.tokens if self.reasoning is not None else 0
 
 
+CUE_CHARS = 8192  # the mock model reads this much of each end of a message for its cues
+
+
+def cue_text(text: str) -> str:
+    """What the mock model reads of a user's message for its cues (length asked for, names,
+    topic): all of it, or the first and last ``CUE_CHARS`` characters of a longer one. Its
+    cue patterns cost up to ~1 us a character, so reading a 15 MB prompt whole would hold
+    the server for seconds; what a user asks for is at a message's start or end."""
+    if len(text) <= 2 * CUE_CHARS:
+        return text
+    return text[:CUE_CHARS] + "\n" + text[-CUE_CHARS:]
+
+
 def message_text(message: Mapping[str, Any] | None) -> str:
     """The plain text of a message: a string content, or its text parts joined by newlines."""
     if message is None:

@@ -14,6 +14,7 @@ are some), an ``email`` an address.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import string
@@ -199,7 +200,10 @@ def proper_nouns(text: str) -> list[str]:
     return list(dict.fromkeys(w for w in found if w.lower() not in _STOP))
 
 
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
 def key_phrase(text: str) -> str:
     """The first few content words of the user's message, as a search query."""
-    words = [w for w in re.findall(r"[A-Za-z0-9][\w'-]*", text) if w.lower() not in _STOP]
-    return " ".join(words[:5])
+    words = (m.group() for m in _WORD.finditer(text))  # lazily: only five are needed
+    return " ".join(itertools.islice((w for w in words if w.lower() not in _STOP), 5))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -50,7 +50,7 @@ class StateHealth:
     """The breaker and the books of one state backend (see the module docstring)."""
 
     def __init__(self, backend: str, log: logging.Logger | None = None,
-                 clock=time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.backend = backend
         self.log = log or logging.getLogger("fastmode.state")
         self.clock = clock

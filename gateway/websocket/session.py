@@ -21,8 +21,8 @@ from starlette.websockets import WebSocket
 from ..admission import Gateway
 from ..errors import APIError, bad_request
 from ..job import Job
-from ..limits import check_request
 from ..netem import NetworkModel, network_time
+from ..offload import checked, counted, off_loop, parse_frame
 from ..ownership import Caller
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.events import Frames
@@ -50,7 +50,7 @@ class Lane:
     """A FIFO of turns on one ``stream_id`` (None: the default lane)."""
 
     sid: str | None
-    queue: asyncio.Queue[ResponsesRequest] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[tuple[ResponsesRequest, int]] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     active: bool = False  # a turn is between dequeue and its terminal event
     cancel_requested: bool = False  # response.cancel arrived before the job was admitted
@@ -181,8 +181,11 @@ class Session(ConnectionLife):
     # -- frames ---------------------------------------------------------------------------
 
     async def _handle(self, text: str) -> None:
-        try:
-            body = orjson.loads(text)
+        try:  # a large frame is parsed, checked and translated off the loop (gateway.offload)
+            body = await off_loop(len(text), parse_frame, text, self.gateway.config.limits)
+        except APIError as exc:  # too many values to parse
+            await self._error(exc)
+            return
         except orjson.JSONDecodeError as exc:
             await self._error(bad_request(f"The frame is not valid JSON ({exc}).",
                                           code="invalid_json"))
@@ -199,7 +202,7 @@ class Session(ConnectionLife):
             return
         kind = body.get("type")
         if kind == "response.create":
-            await self._create(body, sid)
+            await self._create(body, sid, len(text))
         elif kind == "response.cancel":
             await self._cancel(body, sid)
         else:
@@ -207,15 +210,15 @@ class Session(ConnectionLife):
                 f"Invalid value for 'type': {kind!r}. Supported client events: "
                 f"{', '.join(EVENT_TYPES)}.", param="type", code="invalid_value"), sid)
 
-    async def _create(self, body: dict[str, Any], sid: str | None) -> None:
+    async def _create(self, body: dict[str, Any], sid: str | None, size: int = 0) -> None:
         if body.get("background"):
             await self._error(bad_request("'background' is not supported over WebSocket.",
                                           param="background"), sid)
             return
         try:
             fields = {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
-            check_request(RESPONSES.name, fields, self.gateway.config.limits)
-            req: ResponsesRequest = RESPONSES.validate(fields)
+            req: ResponsesRequest = await off_loop(size, checked, RESPONSES, fields,
+                                                   self.gateway.config.limits)
         except APIError as exc:
             await self._error(exc, sid)
             return
@@ -241,7 +244,7 @@ class Session(ConnectionLife):
             self.lanes[sid] = lane
             lane.task = asyncio.create_task(self._worker(lane))
         self.pending += 1
-        lane.queue.put_nowait(req)
+        lane.queue.put_nowait((req, size))
 
     async def _cancel(self, body: dict[str, Any], sid: str | None) -> None:
         rid = body.get("response_id")
@@ -266,9 +269,9 @@ class Session(ConnectionLife):
     async def _worker(self, lane: Lane) -> None:
         try:
             while not lane.queue.empty():
-                req = lane.queue.get_nowait()
+                req, size = lane.queue.get_nowait()
                 try:
-                    await self._turn(lane, req)
+                    await self._turn(lane, req, size)
                 except _SocketGone:
                     return  # the reader sees the disconnect and cleans up
                 except Exception as exc:  # a bug: say so on the socket and in the log
@@ -281,26 +284,28 @@ class Session(ConnectionLife):
             if self.lanes.get(lane.sid) is lane:
                 del self.lanes[lane.sid]
 
-    async def _turn(self, lane: Lane, req: ResponsesRequest) -> None:
+    async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0) -> None:
         sid = lane.sid
         lane.active, lane.cancel_requested = True, False
         try:
             if self.closing:
                 await self._error(limit_error(self.max_age), sid)
                 return
-            await self._run(lane, req, sid)
+            await self._run(lane, req, sid, size)
         finally:
             lane.active = False
             lane.job = lane.stream = lane.rid = None
 
-    async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None) -> None:
+    async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None,
+                   size: int = 0) -> None:
         ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
             if self.stopping is not None:
                 raise self.stopping
             if req.previous_response_id:
                 await self.cache.load(req.previous_response_id)
-            turn = Turn(self.gateway, RESPONSES, req, ctx, transport="websocket")
+            turn = await off_loop(size, counted, self.gateway, RESPONSES.name, Turn,
+                                  self.gateway, RESPONSES, req, ctx, transport="websocket")
         except APIError as exc:
             await self._error(exc, sid)
             return

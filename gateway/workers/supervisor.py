@@ -19,17 +19,29 @@
 - The supervisor forwards SIGTERM / SIGINT to the workers (each drains as a single gateway
   does), restarts a worker that dies (at most once per ``RESTART_GAP_S``), and exits when all
   have stopped.
+- A worker never outlives its supervisor: it watches the pipe multiprocessing keeps to its
+  parent (``parent_process().sentinel``: it reads end-of-file once the parent is gone, killed
+  with -9 included) and then drains as on SIGTERM. Orphans would otherwise keep serving the
+  port with nobody to stop or restart them.
+- A busy port is refused: SO_REUSEPORT lets any process of the same user bind a port that
+  listeners already hold, so a second ``--workers`` gateway would quietly share the first one's
+  port. The supervisor first binds the address without SO_REUSEPORT (any listener there makes
+  that fail, "Address already in use"), and holds a lock file for the port while it runs (two
+  supervisors starting at once: the workers listen only seconds later).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
 import socket
 import tempfile
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -51,9 +63,44 @@ def reuseport_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def refuse_busy(host: str, port: int) -> int | None:
+    """``OSError`` (EADDRINUSE) if something listens on ``host:port``; else the descriptor of
+    the port's lock file, locked until it is closed (or the process ends). Port 0: nothing to
+    check (the kernel picks a free port)."""
+    if port == 0:
+        return None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is not busy
+        probe.bind((host, port))  # no SO_REUSEPORT: fails while any socket listens there
+    lock = Path(tempfile.gettempdir()) / f"fastmode-port-{host.replace(':', '_')}-{port}.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OSError(98, "Address already in use (another fastmode --workers is starting "
+                      "on it)") from None
+    return fd
+
+
+def watch_parent() -> None:
+    """In a worker: drain and exit (SIGTERM to itself) once the supervisor is gone."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def wait() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=wait, name="fastmode-parent-watch", daemon=True).start()
+
+
 def _worker(config_json: str, index: int, sockets: list[str], host: str, port: int,
             log_level: str) -> None:
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
+    watch_parent()
     from ..app import create_app
     from .aggregate import WorkerMetrics
     from .server import serve
@@ -79,6 +126,7 @@ class Supervisor:
         self.procs: list[BaseProcess | None] = [None] * workers
         self.started: list[float] = [0.0] * workers
         self.stopping = False
+        self.lock = refuse_busy(config.server.host, config.server.port)
         # reserve the port (and learn it when the config says 0) until the workers listen
         self.reserved = reuseport_socket(config.server.host, config.server.port)
         self.port = self.reserved.getsockname()[1]
@@ -127,6 +175,8 @@ class Supervisor:
             for s, h in previous.items():
                 signal.signal(s, h)
             shutil.rmtree(self.dir, ignore_errors=True)
+            if self.lock is not None:
+                os.close(self.lock)
 
 
 def describe(configs: list[Config]) -> list[str]:

@@ -109,3 +109,46 @@ def test_chat_prompt_counts_tools_as_compact_sorted_json() -> None:
     text = json.dumps(tool, sort_keys=True, separators=(",", ":"))
     assert count_chat_prompt(msgs, [tool]) == count_chat_prompt(msgs) + count_tokens(text)
     assert count_chat_prompt(msgs, None) == count_chat_prompt(msgs, [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(" \n\t a1._é。\u3000xyz9")), st.integers(1, 5))
+def test_long_texts_counted_in_chunks_count_the_same(text: str, chunk: int) -> None:
+    """Chunks end where the whole scan ends a token (issue 28): the same tokens, the same
+    count, whatever the chunk size."""
+    import backends.tokenizer as tk
+
+    whole = tk._TOKEN_RE.findall(text)
+    saved = tk.CHUNK_CHARS, tk.CHUNK_TOKENS
+    tk.CHUNK_CHARS, tk.CHUNK_TOKENS = 2, chunk
+    try:
+        assert tokenize(text) == whole
+        assert count_tokens(text) == len(whole)
+    finally:
+        tk.CHUNK_CHARS, tk.CHUNK_TOKENS = saved
+
+
+def test_a_prompt_budget_stops_counting_soon_after_it() -> None:
+    from backends.tokenizer import CHUNK_TOKENS, PromptTooLong, prompt_budget
+
+    text = "." * (10 * CHUNK_TOKENS)
+    assert count_tokens(text) == 10 * CHUNK_TOKENS  # no budget: counted whole
+    with prompt_budget(1000):
+        try:
+            count_tokens(text)
+            raise AssertionError("not stopped")
+        except PromptTooLong as exc:
+            assert exc.limit == 1000 and 1000 < exc.counted <= CHUNK_TOKENS
+        # a chat prompt is stopped as soon as its running total passes the budget
+        short = [{"role": "user", "content": ". " * 400}] * 100
+        try:
+            count_chat_prompt(short)
+            raise AssertionError("not stopped")
+        except PromptTooLong as exc:
+            assert 1000 < exc.counted < 2000
+    assert count_chat_prompt(short) > 10_000  # outside the block: no budget
+
+
+def test_a_part_whose_type_is_not_a_string_counts_its_text() -> None:
+    assert count_chat_prompt([{"role": "user", "content": [{"type": [], "text": "hi"}]}]) == (
+        count_chat_prompt([{"role": "user", "content": "hi"}]))

@@ -94,3 +94,44 @@ def test_sigterm_ends_every_stream_properly_and_exits_0(tmp_path) -> None:
         raise AssertionError("still serving")
     except httpx.ConnectError:
         pass
+
+
+def test_readyz_answers_503_on_new_connections_during_the_drain(tmp_path) -> None:
+    """A load balancer probing /readyz during the drain gets 503 (not a refused connection),
+    and a new model request the protocol's 503; the process still exits 0 at the end."""
+    from conftest import launch
+
+    proc, url = launch(config_text=with_keys(shutdown_grace_s=3), tmp=tmp_path)
+    lines: list[str] = []
+
+    def stream() -> None:
+        with httpx.stream("POST", url + "/v1/chat/completions", timeout=30, json={
+                "model": "frontier", "messages": USER, "max_tokens": 3000, "stream": True,
+                "ignore_eos": True}) as r:
+            lines.extend(r.iter_lines())
+
+    t = threading.Thread(target=stream, daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + 20
+        while len(lines) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        ready = None
+        while time.monotonic() < deadline:  # the signal is handled within a loop tick
+            with httpx.Client(timeout=2) as fresh:  # a new connection each time
+                ready = fresh.get(url + "/readyz")
+            if ready.status_code == 503:
+                break
+            time.sleep(0.02)
+        assert ready is not None and ready.status_code == 503, ready
+        assert ready.json()["status"] == "shutting_down"
+        with httpx.Client(timeout=5) as fresh:
+            r = fresh.post(url + "/v1/chat/completions", json={
+                "model": "frontier", "messages": USER, "max_tokens": 3})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
+        assert proc.wait(15) == 0
+        t.join(5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -6,6 +6,7 @@ label on every sample) and a too-small config is refused before anything starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -147,3 +148,43 @@ def _cmdline(child: tuple[int, str]) -> str:
         return open(f"/proc/{child[0]}/cmdline").read().replace("\0", " ")
     except OSError:
         return ""
+
+
+def test_workers_die_with_a_killed_supervisor(tmp_path) -> None:
+    """kill -9 of the supervisor: its workers drain and exit, nothing keeps the port."""
+    from configs import with_keys
+
+    proc, url = launch("--workers", "2", timeout=60, tmp=tmp_path,
+                       config_text=with_keys(shutdown_grace_s=1))
+    children = _children(proc.pid)
+    try:
+        assert len(children) >= 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while [c for c in children if _alive(c)] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [(c, _cmdline(c)) for c in children if _alive(c)]
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/healthz", timeout=2)
+    finally:
+        for pid, _ in children:  # (before the fix: orphans to clean up)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_second_workers_gateway_on_a_busy_port_is_refused(tmp_path) -> None:
+    proc, url = launch("--workers", "2", timeout=60, tmp=tmp_path)
+    try:
+        port = url.rsplit(":", 1)[1]
+        r = subprocess.run([sys.executable, "-m", "commands", "serve", "--workers", "2",
+                            "--port", port], cwd=ROOT, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2, r.stdout
+        assert f"cannot listen on 127.0.0.1:{port}" in r.stderr
+        assert "already in use" in r.stderr.lower() and "Traceback" not in r.stderr
+        assert "OpenAI base_url" not in r.stdout  # refused before the banner
+        assert httpx.get(url + "/healthz", timeout=5).status_code == 200  # the first serves on
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)

@@ -10,39 +10,59 @@ Anthropic's format: a bad body is a 400 naming the field, an unknown model a 404
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
+from pydantic import Field
 from starlette.responses import Response
 
 from ...errors import APIError
 from ...ids import new_id
 from ...limits import check_request
-from ..base import RequestContext, parse_json, validate
+from ...offload import counted, off_loop, parse_body
+from ..base import RequestContext, validate
 from . import MessagesProtocol
 from .schema import MessagesRequest
+
+
+class CountTokensRequest(MessagesRequest):
+    """The body of ``count_tokens``: a Messages request without ``max_tokens`` (for
+    ``/openapi.json``; the route validates with ``MessagesRequest`` and a placeholder cap)."""
+
+    max_tokens: int | None = Field(None, ge=1)  # type: ignore[assignment]
+
+
+def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, fast: bool,
+           store: Any) -> int:
+    """Parse, check, validate and count (off the loop for a large body, ``gateway.offload``)."""
+    body = parse_body(raw, gateway.config.limits)
+    check_request("messages", body, gateway.config.limits)
+    body.setdefault("max_tokens", 1)  # not part of this endpoint's body
+    req: MessagesRequest = validate(MessagesRequest, body)
+    key = headers.get("x-api-key")
+    gateway.auth.authenticate(f"Bearer {key}" if key else headers.get("authorization"))
+    gateway.router.route(req.model)  # 404 for an unknown model
+    ctx = RequestContext(headers, fast, store)
+    turn = counted(gateway, protocol.name, protocol.translate, req, ctx)
+    return turn.prompt_tokens  # what POST /v1/messages counts
 
 
 async def count_tokens(request: Request) -> Response:
     protocol = MessagesProtocol()
     request_id = new_id("req")
-    gateway = request.app.state.gateway
     try:
-        body = parse_json(await request.body())
-        check_request("messages", body, gateway.config.limits)
-        body.setdefault("max_tokens", 1)  # not part of this endpoint's body
-        req: MessagesRequest = validate(MessagesRequest, body)
-        key = request.headers.get("x-api-key")
-        gateway.auth.authenticate(f"Bearer {key}" if key else request.headers.get(
-            "authorization"))
-        gateway.router.route(req.model)  # 404 for an unknown model
-        ctx = RequestContext(request.headers, request.url.path.startswith("/fast/"),
-                             request.app.state.responses)
-        tokens = protocol.translate(req, ctx).prompt_tokens  # what POST /v1/messages counts
+        raw = await request.body()
+        tokens = await off_loop(len(raw), _count, request.app.state.gateway, protocol, raw,
+                                request.headers, request.url.path.startswith("/fast/"),
+                                request.app.state.responses)
     except APIError as exc:
         return protocol.error_response(exc, request_id)
     return Response(b'{"input_tokens":%d}' % tokens, 200, media_type="application/json",
                     headers=protocol.id_headers(request_id))
 
 
-def add_routes(app: FastAPI) -> None:
+def add_routes(app: FastAPI, openapi_extra: dict[str, Any] | None = None) -> None:
+    """``openapi_extra``: the request body as ``/openapi.json`` shows it (``gateway.app``)."""
     for prefix in ("/v1", "/fast/v1"):
-        app.add_api_route(prefix + "/messages/count_tokens", count_tokens, methods=["POST"])
+        app.add_api_route(prefix + "/messages/count_tokens", count_tokens, methods=["POST"],
+                          openapi_extra=openapi_extra)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from ..base import Lenient
 
@@ -24,7 +24,7 @@ class AnthropicToolChoice(Lenient):
 
 class ThinkingConfig(Lenient):
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]
-    budget_tokens: int | None = Field(None, ge=1)
+    budget_tokens: StrictInt | None = Field(None, ge=1)
     display: Literal["summarized", "omitted"] | None = None
 
 
@@ -45,7 +45,7 @@ class AnthropicMessage(Lenient):
 
 class MessagesRequest(Lenient):
     model: str
-    max_tokens: int = Field(ge=1)
+    max_tokens: StrictInt = Field(ge=1)
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
     stream: StrictBool = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictBool, field_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator
 
 from ..base import Lenient
 from ..openai_chat.schema import ServiceTier, StreamOptions
@@ -20,17 +20,17 @@ Prompt = str | list[str] | list[int] | list[list[int]]
 class CompletionsRequest(Lenient):
     model: str
     prompt: Prompt
-    max_tokens: int | None = Field(16, ge=1)  # OpenAI's default for this endpoint
+    max_tokens: StrictInt | None = Field(16, ge=1)  # OpenAI's default for this endpoint
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     echo: StrictBool = False
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: StrictInt | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
-    n: int | None = Field(None, ge=1, le=128)
-    best_of: int | None = Field(None, ge=1, le=20)
-    logprobs: int | None = Field(None, ge=0, le=5)
+    n: StrictInt | None = Field(None, ge=1, le=128)
+    best_of: StrictInt | None = Field(None, ge=1, le=20)
+    logprobs: StrictInt | None = Field(None, ge=0, le=5)
     suffix: str | None = None
     user: str | None = None
     service_tier: ServiceTier | None = None

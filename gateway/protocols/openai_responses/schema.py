@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, StrictInt
 
 from ..base import Lenient
 from ..openai_chat.schema import Effort, ServiceTier
@@ -47,7 +47,7 @@ class ResponsesRequest(Lenient):
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     stream: StrictBool = False
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     tools: list[ResponsesTool] | None = None
@@ -55,7 +55,7 @@ class ResponsesRequest(Lenient):
     previous_response_id: str | None = None
     store: StrictBool | None = None
     service_tier: ServiceTier | None = None
-    seed: int | None = None  # not in OpenAI's Responses API; accepted for reproducible tests
+    seed: StrictInt | None = None  # not in OpenAI's Responses API; accepted for reproducible tests
     metadata: dict[str, Any] | None = None
     parallel_tool_calls: StrictBool | None = None
     ignore_eos: StrictBool = False

@@ -1,0 +1,255 @@
+"""The HTTP connection itself: a bounded head, a deadline to send it, and caps on connections.
+
+``GatewayHttp`` is uvicorn's httptools protocol (what ``fastmode serve`` runs) with the
+defences that must act before a request reaches the app, because until its head is complete
+there is no request to refuse:
+
+* **a bound on the head** (``limits.max_header_bytes``, 431): uvicorn buffers a head without
+  limit; this counts its bytes as they arrive and refuses once they pass the bound, before the
+  rest is buffered. The head is counted from the first byte of a request: a chunk that leaves it
+  incomplete counts whole, the chunk that completes it counts up to the blank line that ends it,
+  and a head that begins inside a chunk after another request (pipelining) counts what the
+  parser read of it (URL and header lines). A 431 behind requests still being answered on the
+  connection waits for their responses, so each response goes out in its request's order;
+* **a deadline for the head** (``server.header_timeout_s``): a slowloris client opens many
+  connections and sends each head a byte at a time; uvicorn waits forever (its keep-alive
+  timeout only runs between requests, and any byte cancels it). The deadline runs from a
+  connection's opening, or from the first byte of a keep-alive connection's next request, to
+  the end of the head: past it a connection that sent part of a head is answered 408 and
+  closed, one that sent nothing is closed;
+* **caps on connections** (``server.max_connections`` in all, ``server.max_connections_per_client``
+  from one client address): past them a new connection is answered at once (503 / 429,
+  ``connection: close``) and closed, so thousands of idle or trickling connections cannot take
+  every file descriptor of the process (uvicorn's own ``limit_concurrency`` still accepts and
+  keeps the connection, answering 503 only once a head is complete).
+
+A websocket upgraded from a connection stays counted until it closes (``release``, called by
+``gateway.shutdown.DrainingWebSocket``). The settings are class attributes set by
+``gateway.workers.server.serve`` (one server per process).
+"""
+
+from __future__ import annotations
+
+from asyncio import TimerHandle
+from typing import Any
+
+import httptools
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .errors import APIError
+from .ids import new_id
+
+LINGER_S = 1.0  # a refused head: further bytes are dropped this long before the close
+_COUNTS = "fastmode_clients"  # attribute of uvicorn's ServerState: open connections per address
+
+
+class _HeadTooLarge(Exception):
+    """Raised inside the parser's headers-complete callback to stop before any dispatch."""
+
+
+def _client_counts(server_state: Any) -> dict[str, int]:
+    counts = getattr(server_state, _COUNTS, None)
+    if counts is None:
+        counts = {}
+        setattr(server_state, _COUNTS, counts)
+    return counts
+
+
+def release(protocol: Any) -> None:
+    """A counted connection closed (its HTTP protocol, or the websocket it became)."""
+    counted = getattr(protocol, "_counted", None)
+    if counted is None:
+        return
+    protocol._counted = None
+    counts, host = counted
+    if host in counts:
+        counts[host] -= 1
+        if counts[host] <= 0:
+            del counts[host]
+
+
+def _answer(status: int, reason: str, path: bytes, error: APIError,
+            extra: bytes = b"") -> bytes:
+    """A whole ``connection: close`` response with the error body in the route's format."""
+    from .protocols import for_path  # the route's own error format (OpenAI's, Anthropic's)
+
+    route = path.split(b"?", 1)[0].decode("latin-1")
+    body = orjson.dumps(for_path(route).error_body(error, new_id("req")))
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n".encode() + extra
+            + b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
+            + body)
+
+
+class GatewayHttp(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the head bound, the head deadline and the caps."""
+
+    max_header_bytes = 32 * 1024
+    header_timeout_s = 10.0
+    max_connections = 8192
+    max_connections_per_client = 2048
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._in_head = True  # between a message's first byte and its headers' end
+        self._head = 0  # bytes of the current head in earlier chunks
+        self._tail = b""  # the last bytes of the previous chunk (a split blank line)
+        self._chunk = b""  # the chunk being parsed
+        self._chunk_in_head = False  # that chunk began inside a head
+        self._path = b""  # from the request line, for the error format of the route
+        self._refused = False
+        self._pending: bytes | None = None  # a 431 waiting for earlier responses to go out
+        self._heads = 0  # heads completed on this connection
+        self._counted: tuple[dict[str, int], str] | None = None  # (counts, address)
+        self._deadline: TimerHandle | None = None
+        if not self._admit():
+            return
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._head_overdue)
+
+    # -- caps ---------------------------------------------------------------------------------
+
+    def _admit(self) -> bool:
+        host = self.client[0] if self.client else None
+        if not host:  # a unix socket (a worker's private metrics socket): no address to count
+            return True
+        counts = _client_counts(self.server_state)
+        if len(self.connections) > self.max_connections:
+            error = APIError(503, f"The server holds its maximum of {self.max_connections} "
+                             "connections; retry shortly.", code="too_many_connections",
+                             type="server_error")
+            self._close_with(_answer(503, "Service Unavailable", b"/", error,
+                                     b"retry-after: 1\r\n"))
+            return False
+        if counts.get(host, 0) >= self.max_connections_per_client:
+            error = APIError(429, f"Too many connections from {host} (at most "
+                             f"{self.max_connections_per_client}).", code="too_many_connections")
+            self._close_with(_answer(429, "Too Many Requests", b"/", error,
+                                     b"retry-after: 1\r\n"))
+            return False
+        counts[host] = counts.get(host, 0) + 1
+        self._counted = (counts, host)
+        return True
+
+    def _close_with(self, response: bytes) -> None:
+        self._refused = True
+        self.transport.write(response)
+        self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        release(self)
+        super().connection_lost(exc)
+
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()
+        counted, self._counted = self._counted, None  # the websocket protocol releases it
+        super().handle_websocket_upgrade()
+        ws = self.transport.get_protocol()
+        if ws is not self and counted is not None:
+            ws._counted = counted  # type: ignore[attr-defined]
+
+    # -- the head's deadline ------------------------------------------------------------------
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _head_overdue(self) -> None:
+        self._deadline = None
+        if self._refused or self.transport.is_closing():
+            return
+        if not self._in_head or (self.cycle is not None and not self.cycle.response_complete):
+            return  # a request is being served: uvicorn's keep-alive timer takes over after it
+        if self._head == 0 and self._heads == 0 and not self._path:
+            self.transport.close()  # nothing was sent at all
+            return
+        error = APIError(408, f"The request head was not complete within "
+                         f"{self.header_timeout_s:g} s.", code="request_timeout",
+                         type="timeout_error")
+        self._close_with(_answer(408, "Request Timeout", self._path, error))
+
+    # -- the head's size ----------------------------------------------------------------------
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head, self._head, self._tail = True, 0, b""
+
+    def on_headers_complete(self) -> None:
+        # what the parser read of this head: request line and header lines
+        size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers) + 16
+        if self._chunk_in_head:  # the chunk began in this head: count it to its blank line
+            seen = self._tail + self._chunk
+            end = seen.find(b"\r\n\r\n")
+            size = max(size, self._head + (end + 4 - len(self._tail) if end >= 0
+                                           else len(self._chunk)))
+        self._chunk_in_head = False  # a later head in this chunk counts by what was parsed
+        self._in_head, self._head, self._tail = False, 0, b""
+        self._heads += 1
+        self._disarm()
+        if size > self.max_header_bytes:
+            raise _HeadTooLarge()  # before the request is dispatched
+        super().on_headers_complete()
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, with the head counted and a 431 instead of a dispatch past the bound."""
+        if self._refused:
+            return  # the rest of a refused request: read and dropped (a lingering close)
+        if self._in_head and not self._head:  # "METHOD /path HTTP/1.1" starts the head
+            self._path = data[:2048].split(b" ", 2)[1] if data.count(b" ", 0, 2048) >= 2 else b""
+            if self._deadline is None and self._idle():  # a keep-alive connection's next head
+                self._deadline = self.loop.call_later(self.header_timeout_s, self._head_overdue)
+        self._unset_keepalive_if_required()
+        self._chunk, self._chunk_in_head = data, self._in_head
+        was_in_head, heads = self._in_head, self._heads
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                self._refuse()
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        finally:
+            self._chunk = b""
+        if was_in_head and heads == self._heads:  # no head ended here: the chunk counts whole
+            self._head += len(data)
+            self._tail = data[-3:]
+            if self._head > self.max_header_bytes:
+                self._refuse()
+
+    def _idle(self) -> bool:
+        """No request of this connection is being answered (nor queued behind one)."""
+        return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+
+    def _refuse(self) -> None:
+        error = APIError(
+            431, f"The request's headers are larger than {self.max_header_bytes} bytes.",
+            code="request_header_fields_too_large")
+        self._refused = True  # what else comes is dropped
+        self._disarm()
+        response = _answer(431, "Request Header Fields Too Large", self._path, error)
+        if self._idle():
+            self._linger(response)
+        else:  # earlier requests are still being answered: the 431 goes after them
+            self._pending = response
+
+    def _linger(self, response: bytes) -> None:
+        self.transport.write(response)
+        # a lingering close: closing while the client still sends its head would reset the
+        # connection before it reads the 431; drop what comes for a second, then close
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._pending is not None and self._idle() and not self.transport.is_closing():
+            self._unset_keepalive_if_required()
+            response, self._pending = self._pending, None
+            self._linger(response)
