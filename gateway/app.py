@@ -100,12 +100,13 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     remote = RemoteTiers(config, gateway)  # tiers served by upstream engines, if any
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
+    health_of_replicas = replica_health.ReplicaHealth(gateway)
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
-        app.state.replica_health = replica_health.install(gateway)  # failures: counted, answered
+        health_of_replicas.attach()  # replica failures: counted, their turns answered
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
         watchdog.start()
@@ -122,6 +123,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.responses = ResponseStore(gateway.state)
     app.state.remote = remote
     app.state.watchdog = watchdog
+    app.state.replica_health = health_of_replicas
     app.state.shutdown = shutdown
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)

@@ -50,6 +50,11 @@ class ReplicaHealth:
             "replica to another", ["deployment"], registry=registry)
         registry.register(_Collector(gateway))
 
+    def attach(self) -> None:
+        """After each ``Gateway.start`` (a new engine): its failures are reported here."""
+        if self.gateway.fleet is not None:
+            self.gateway.fleet.driver.supervisor.on_failure = self.failed
+
     def failed(self, failure: ReplicaFailure) -> None:
         """The supervisor's report: count it and end the turns it ended."""
         self.failures.labels(failure.deployment, failure.replica, failure.kind).inc()
@@ -109,11 +114,3 @@ class _Collector:
                 healthy.add_metric([name, r.name], 1 if r.healthy else 0)
         yield steps
         yield healthy
-
-
-def install(gateway: Gateway) -> ReplicaHealth:
-    """After ``Gateway.start``: report the engine's replica failures here."""
-    health = ReplicaHealth(gateway)
-    if gateway.fleet is not None:
-        gateway.fleet.driver.supervisor.on_failure = health.failed
-    return health

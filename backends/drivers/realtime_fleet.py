@@ -106,12 +106,16 @@ class RealtimeFleet:
             self._task.add_done_callback(self._turns_ended)
 
     def _turns_ended(self, task: asyncio.Task[None]) -> None:
-        """The fleet's task ended by itself (``stop`` lets go of it first): log and restart."""
+        """The fleet's task ended by itself (``stop`` lets go of it first): a turn raised, so
+        log it and start again; cancelled by someone else (the event loop shutting down
+        without ``stop``): say so."""
         if task is not self._task:
             return
         self._task = None
-        error = None if task.cancelled() else task.exception()
-        log.error("the fleet's turns stopped; restarting them", exc_info=error)
+        if task.cancelled():
+            log.warning("the fleet's turns were cancelled")
+            return
+        log.error("the fleet's turns stopped; restarting them", exc_info=task.exception())
         self.start()
 
     async def stop(self) -> None:

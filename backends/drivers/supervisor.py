@@ -126,10 +126,24 @@ class Supervisor:
 
     # -- detection ------------------------------------------------------------------------
 
+    @property
+    def tearing_down(self) -> bool:
+        """The event loop is cancelling every task (``asyncio.run`` ending without ``stop``):
+        the supervisor's own task is being cancelled too. A replica cancelled then is not a
+        failure to restart."""
+        task = self._task
+        return task is None or task.done() or task.cancelling() > 0
+
     def exited(self, replica: RealtimeReplica, error: BaseException) -> None:
         """A replica's loop task ended by itself (its ``on_exit``)."""
-        kind = CANCELLED if isinstance(error, asyncio.CancelledError) else EXCEPTION
-        self.failed(replica, kind, f"{type(error).__name__}: {error}", error)
+        if isinstance(error, asyncio.CancelledError):
+            if self.tearing_down:
+                log.warning("replica %s cancelled while the event loop shuts down",
+                            replica.name)
+                return
+            self.failed(replica, CANCELLED, str(error), error)
+        else:
+            self.failed(replica, EXCEPTION, f"{type(error).__name__}: {error}", error)
 
     def check(self, now: float | None = None) -> list[RealtimeReplica]:
         """The liveness check: a replica whose loop is alive and holds work (running or
