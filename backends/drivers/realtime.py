@@ -165,8 +165,11 @@ class RealtimeReplica(Replica):
                 await self._wake.wait()
             result = self.step()
             if result is None:
-                # only cancelled work was left; wait for more
+                # only cancelled work was left, or what waits does not fit yet beside the other
+                # tenants' KV: wait for a change (never plan again at once: that spins)
                 self._wake.clear()
+                if sched.has_work:
+                    await self._idle_with_work()
                 continue
             delay = result.end - clock()
             if delay > 0:
@@ -178,6 +181,20 @@ class RealtimeReplica(Replica):
             self._deliver(result)
             if self.on_step is not None:
                 self.on_step(self, result)
+
+    async def _idle_with_work(self) -> None:
+        """Nothing could be planned though requests wait: until a wake-up (new work, a
+        cancellation) or the other tenants' next tick (their load, so the room, moves then),
+        after which the replica's next step starts no earlier than now."""
+        t = self.tenants
+        if t is None:
+            await self._wake.wait()
+        else:
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, t.next_tick - self.clock()))
+            except TimeoutError:
+                pass
+        self.next_start = max(self.next_start, self.clock())
 
     def _deliver(self, result: StepResult) -> None:
         """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence

@@ -168,3 +168,39 @@ async def test_a_listener_that_raises_on_its_last_call_does_not_stop_the_replica
     assert any("stream listener failed" in r.getMessage() for r in caplog.records)
     assert r0.alive and not driver.failures
     assert await read(driver.submit("spark", 50, 30).tag) == 30
+
+
+async def test_waiting_work_that_does_not_fit_yet_never_spins_the_loop(spark) -> None:
+    """Nothing of ours runs and the head of the queue does not fit beside the other tenants'
+    KV (it grew after the request was queued): the step plans nothing. The loop must wait
+    for a change, not plan again at once forever (that froze the whole event loop)."""
+    from backends.scheduler import Background
+
+    d = RealtimeDriver({spark.name: dataclasses.replace(spark, replicas=1)})
+    (r0,) = d.replicas
+    sched = r0.scheduler
+    stream = d.submit("spark", 50, 20).tag
+    bg = sched.background
+    room = sched.kv_capacity - bg.kv_tokens
+    grown = dataclasses.replace(bg, context_tokens=bg.context_tokens + room // max(1, bg.seqs))
+    sched.set_background(grown)  # the queued request no longer fits
+    planned = [0]
+    step = sched.step
+
+    def counted(now: float):
+        planned[0] += 1
+        if planned[0] > 10_000:  # a spin: end it (the test then fails below)
+            raise RuntimeError("spinning")
+        return step(now)
+
+    sched.step = counted  # type: ignore[method-assign]
+    d.start()
+    await d.supervisor.stop()  # no liveness check in this test
+    try:
+        await asyncio.sleep(0.05)
+        assert planned[0] < 10 and r0.alive
+        sched.set_background(bg)  # the other tenants shrink back: served on the next wake
+        r0.wake()
+        assert await read(stream) == 20
+    finally:
+        await d.stop()
