@@ -174,8 +174,6 @@ async def test_waiting_work_that_does_not_fit_yet_never_spins_the_loop(spark) ->
     """Nothing of ours runs and the head of the queue does not fit beside the other tenants'
     KV (it grew after the request was queued): the step plans nothing. The loop must wait
     for a change, not plan again at once forever (that froze the whole event loop)."""
-    from backends.scheduler import Background
-
     d = RealtimeDriver({spark.name: dataclasses.replace(spark, replicas=1)})
     (r0,) = d.replicas
     sched = r0.scheduler
