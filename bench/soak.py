@@ -58,6 +58,8 @@ key = "soak-admin"
 FAULTS = ["429", "500", "503", "529", "cut;after=5", "malformed;after=3",
           "error-event;after=4", "stall;after=2;s=0.5"]
 USER = [{"role": "user", "content": "Explain continuous batching in two paragraphs."}]
+READ_TIMEOUT_S = 60.0  # a request that gets no byte for this long is counted as hung
+FROZEN_AFTER_S = 30.0  # a replica with work whose step count stood still this long: frozen
 
 
 @dataclass
@@ -75,17 +77,19 @@ class Tally:
     outcomes: list[Outcome] = field(default_factory=list)
     sent: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # unexpected client exceptions
+    hung: Counter[str] = field(default_factory=Counter)  # no byte for READ_TIMEOUT_S, by API
 
 
-def draw(rng: random.Random) -> dict:
+def draw(rng: random.Random, disconnects: float = 0.05, faults: float = 0.06) -> dict:
     r = rng.random()
     api = "chat" if r < 0.4 else "responses" if r < 0.7 else "messages" if r < 0.9 else "ws"
     spark = rng.random() < 0.4
     fast = not spark and rng.random() < 0.25
     b = rng.random()
-    behaviour = ("disconnect" if b < 0.05 else "slow" if b < 0.08 else "stall" if b < 0.09
+    d = disconnects
+    behaviour = ("disconnect" if b < d else "slow" if b < d + 0.03 else "stall" if b < d + 0.04
                  else "plain")
-    fault = rng.choice(FAULTS) if rng.random() < 0.06 else None
+    fault = rng.choice(FAULTS) if rng.random() < faults else None
     stream = api == "ws" or rng.random() < {"chat": 0.7, "responses": 0.5,
                                             "messages": 0.6}.get(api, 1)
     return {"api": api, "model": "frontier-spark" if spark else "frontier", "fast": fast,
@@ -195,7 +199,7 @@ async def ws_request(url: str, d: dict) -> Outcome:
         n = 0
         while True:
             try:
-                event = json.loads(await ws.recv())
+                event = json.loads(await asyncio.wait_for(ws.recv(), READ_TIMEOUT_S))
             except ValueError:
                 continue  # an injected malformed frame: the turn goes on
             n += 1
@@ -213,23 +217,84 @@ async def ws_request(url: str, d: dict) -> Outcome:
                 return out
 
 
-async def client_loop(i: int, url: str, deadline: float, tally: Tally, seed: int,
+async def client_loop(i: int, url: str, deadline: float, tally: Tally, args: argparse.Namespace,
                       lag_s: float) -> None:
-    rng = random.Random(seed * 1000 + i)
-    timeout = httpx.Timeout(60, connect=10)
+    rng = random.Random(args.seed * 1000 + i)
+    timeout = httpx.Timeout(READ_TIMEOUT_S, connect=10)
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
         while time.monotonic() < deadline:
-            d = draw(rng)
+            d = draw(rng, args.disconnects, args.faults)
             tally.sent += 1
             try:
                 out = await (ws_request(url, d) if d["api"] == "ws"
                              else http_request(client, d, lag_s))
+            except (httpx.TimeoutException, TimeoutError):
+                tally.hung[d["api"]] += 1
+                out = Outcome("failed", d["api"])
             except (httpx.HTTPError, websockets.WebSocketException, OSError):
                 out = Outcome("failed", d["api"])
             except Exception as exc:  # noqa: BLE001 - a client bug must not end the loop
                 tally.errors[type(exc).__name__] += 1
                 out = Outcome("failed", d["api"])
             tally.outcomes.append(out)
+
+
+def replica_series(text: str) -> dict[str, dict[str, float]]:
+    """Per replica (its ``replica`` label): running, waiting and steps from /metrics."""
+    out: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        m = re.match(r'fastmode_replica_(running|waiting|steps_total)\{(.*?)\} (\S+)$', line)
+        if m:
+            name = re.search(r'replica="([^"]*)"', m.group(2))
+            if name:
+                out.setdefault(name.group(1), {})[m.group(1)] = float(m.group(3))
+    return out
+
+
+async def watch_replicas(url: str, until: float, frozen: dict[str, float],
+                         unready: Counter[str]) -> None:
+    """Every 5 s: a replica with work whose step count (or, on a server without the steps
+    counter, whose running and waiting counts) stood still ``FROZEN_AFTER_S`` is frozen
+    (``frozen``: name -> the longest time seen); /readyz's unhealthy replicas are counted."""
+    still: dict[str, tuple[tuple[float, ...], float]] = {}
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        while time.monotonic() < until:
+            await asyncio.sleep(5)
+            try:
+                series = replica_series((await client.get("/metrics")).text)
+                ready = (await client.get("/readyz")).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            for name in ready.get("unhealthy_replicas", {}):
+                unready[name] += 1
+            now = time.monotonic()
+            for name, v in series.items():
+                work = v.get("running", 0) + v.get("waiting", 0)
+                key = ((v["steps_total"],) if "steps_total" in v
+                       else (v.get("running", 0), v.get("waiting", 0)))
+                seen = still.get(name)
+                if not work or seen is None or seen[0] != key:
+                    still[name] = (key, now)
+                elif now - seen[1] >= FROZEN_AFTER_S:
+                    frozen[name] = max(frozen.get(name, 0.0), now - seen[1])
+
+
+def log_findings(path: Path) -> Counter[str]:
+    """Tracebacks in the server log, by their last line, and the supervisor's lines."""
+    found: Counter[str] = Counter()
+    lines = path.read_text(errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        if "stream listener failed" in line:
+            found["log: stream listener failed"] += 1
+        if "replica " in line and ("failed" in line or "stalled" in line):
+            found["log: " + re.sub(r"replica \S+", "replica *", line.split(" - ")[-1])[:90]] += 1
+        if line.startswith("Traceback"):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
+                j += 1
+            if j < len(lines):
+                found["traceback: " + lines[j][:90]] += 1
+    return found
 
 
 def metric(url: str, name: str) -> float:
@@ -267,8 +332,12 @@ async def soak(args: argparse.Namespace) -> dict:
         duration = args.minutes * 60
         deadline = started + duration
         tally = Tally()
-        clients = [asyncio.create_task(client_loop(i, url, deadline, tally, args.seed, lag_s))
+        clients = [asyncio.create_task(client_loop(i, url, deadline, tally, args, lag_s))
                    for i in range(args.concurrency)]
+        frozen: dict[str, float] = {}
+        unready: Counter[str] = Counter()
+        watcher = asyncio.create_task(watch_replicas(url, deadline + READ_TIMEOUT_S, frozen,
+                                                     unready))
         warm_at = started + duration * args.warmup
         rss_warm = None
         rss_samples: list[tuple[float, float]] = []
@@ -279,6 +348,7 @@ async def soak(args: argparse.Namespace) -> dict:
             if rss_warm is None and time.monotonic() >= warm_at:
                 rss_warm = rss
         await asyncio.gather(*clients, return_exceptions=True)
+        watcher.cancel()
         rss_end = proc.memory_info().rss / 2**20
         # the clients stopped: everything admitted must end (stalled ones are cut by the lag)
         settle_deadline = time.monotonic() + lag_s + 15
@@ -296,13 +366,16 @@ async def soak(args: argparse.Namespace) -> dict:
         server.send_signal(signal.SIGTERM)
         code = server.wait(60)
         log.close()
+    health = {"frozen_replicas": frozen, "unready_polls": dict(unready),
+              "server_log": dict(log_findings(tmp / "server.log"))}
     return report(tally, rows, rss_warm or rss_end, rss_end, rss_samples, leaked_turns,
-                  leaked_slots, faults, code, args, tmp)
+                  leaked_slots, faults, code, args, tmp, health)
 
 
 def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
            samples: list[tuple[float, float]], leaked_turns: float, leaked_slots: float,
-           faults: float, code: int, args: argparse.Namespace, tmp: Path) -> dict:
+           faults: float, code: int, args: argparse.Namespace, tmp: Path,
+           health: dict) -> dict:
     kinds = Counter(o.kind for o in tally.outcomes)
     by_id = {r["request_id"]: r for r in rows}
     completed = [o for o in tally.outcomes if o.kind == "completed"]
@@ -342,12 +415,20 @@ def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
         print(f"  unexpected client exceptions: {dict(tally.errors)}")
     print(f"  leaked: turns in flight {leaked_turns:.0f}, our sequences in a batch "
           f"{leaked_slots:.0f} (target 0)")
+    print(f"  hung requests (no byte for {READ_TIMEOUT_S:g} s): {sum(tally.hung.values())} "
+          f"{dict(tally.hung) or ''}")
+    print(f"  frozen replicas (work, no step for >= {FROZEN_AFTER_S:g} s): "
+          f"{health['frozen_replicas'] or 'none'}; /readyz unhealthy (polls): "
+          f"{health['unready_polls'] or 'none'}")
+    print("  server log: " + (", ".join(f"{k} x{v}" for k, v in sorted(
+        health["server_log"].items())) or "no tracebacks"))
     print(f"  server exit status after SIGTERM: {code}")
     return {"sent": tally.sent, "outcomes": dict(kinds), "ledger": dict(ended),
             "missing": len(missing), "mismatched": len(mismatched), "rss_warm_mib": rss_warm,
             "rss_end_mib": rss_end, "rss_drift_pct": drift,
             "rss_second_half_drift_pct": half_drift, "client_errors": dict(tally.errors), "leaked_turns": leaked_turns,
             "leaked_slots": leaked_slots, "faults": faults, "exit": code,
+            "hung": dict(tally.hung), **health,
             "rss_samples": samples}
 
 
@@ -379,6 +460,10 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--disconnects", type=float, default=0.05,
+                   help="share of streamed requests whose client leaves mid-stream")
+    p.add_argument("--faults", type=float, default=0.06,
+                   help="share of requests sent with an x-fastmode-fault header")
     p.add_argument("--warmup", type=float, default=0.3,
                    help="share of the run before the RSS baseline is read (default 0.3)")
     p.add_argument("--json", help="write the figures to this file")

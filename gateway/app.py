@@ -21,7 +21,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import admin, dashboard, health, ledger, netem, protocols, responses_api, vllm_metrics
+from . import (
+    admin,
+    dashboard,
+    health,
+    ledger,
+    netem,
+    protocols,
+    replica_health,
+    responses_api,
+    vllm_metrics,
+)
 from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
@@ -52,11 +62,38 @@ class _QuietCuts(logging.Filter):
 
 class _App(FastAPI):
     """FastAPI with the server's own ``send`` in each scope (``RAW_SEND``), for the streaming
-    hot path: one dict store per request saves three wrapper calls per token event."""
+    hot path: one dict store per request saves three wrapper calls per token event, and lets
+    the engine's step write token events itself (push mode, ``gateway.push``).
+
+    Token events written with it skip the middleware added to this app, so it is offered only
+    while every such middleware is one known not to touch a response body (``RAW_SEND_SAFE``).
+    Add any other (``GZipMiddleware`` rewrites bodies) and streams go through the middleware's
+    ``send``, written by the turn's own task: correct, at Starlette's cost per event (a warning
+    says so at the first request). Middleware wrapped around the app from outside gets the
+    server's send through this app's ``send`` argument, so it sees every byte either way."""
+
+    raw_send_ok: bool | None = None  # decided at the first request (middleware is fixed then)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[RAW_SEND] = send
+        ok = self.raw_send_ok
+        if ok is None:
+            ok = self.raw_send_ok = _raw_send_ok(self)
+        if ok:
+            scope[RAW_SEND] = send
         await super().__call__(scope, receive, send)
+
+
+# middleware of this app that never rewrites a response body: the raw send may skip it
+RAW_SEND_SAFE: tuple[Any, ...] = (BodyLimit, netem.NetemMiddleware)
+
+
+def _raw_send_ok(app: FastAPI) -> bool:
+    other = [m.cls for m in app.user_middleware if m.cls not in RAW_SEND_SAFE]
+    if other:
+        log.warning("middleware %s may rewrite response bodies: streams are written through "
+                    "it, not with the server's own send (slower per event)",
+                    ", ".join(getattr(c, "__name__", repr(c)) for c in other))
+    return not other
 
 
 def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
@@ -68,11 +105,13 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     gateway.backends.update(dict.fromkeys(remote.pools, remote))  # one admission path
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
+    health_of_replicas = replica_health.ReplicaHealth(gateway)
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
+        health_of_replicas.attach()  # replica failures: counted, their turns answered
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
         watchdog.start()
@@ -89,6 +128,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.responses = ResponseStore(gateway.state)
     app.state.remote = remote
     app.state.watchdog = watchdog
+    app.state.replica_health = health_of_replicas
     app.state.shutdown = shutdown
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)

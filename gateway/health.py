@@ -3,9 +3,12 @@
 ``/healthz`` answers 200 while the process serves HTTP: it is what a supervisor restarts on.
 ``/readyz`` says, per tier, whether a new request would be served now: a local tier is not
 ready when the least-loaded replica's queue is full or its modeled wait is over
-``server.max_queue_wait_s``; a remote tier when no upstream is in rotation. It answers 503 when
-the gateway is shutting down or no tier can serve (a load balancer should stop sending), and
-200 otherwise, with the tiers that cannot serve named in the body.
+``server.max_queue_wait_s``, or when every replica of its deployment failed and waits to
+restart; a remote tier when no upstream is in rotation. It answers 503 when the gateway is
+shutting down or no tier can serve (a load balancer should stop sending), and 200 otherwise,
+with the tiers that cannot serve named in the body, and ``"degraded"`` with the replicas out of
+routing (``unhealthy_replicas``) and those that failed lately (``recent_replica_failures``,
+``gateway.replica_health``).
 """
 
 from __future__ import annotations
@@ -36,11 +39,18 @@ def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:
             out[name] = {"ready": False, "reason": "not started"}
             continue
         replica = dep.choose()  # the replica a new request would go to
+        down = [r.name for r in dep.replicas if not r.healthy]
+        if down and len(down) == len(dep.replicas):
+            out[name] = {"ready": False, "unhealthy_replicas": down,
+                         "reason": "every replica failed and waits to restart"}
+            continue
         sched = replica.scheduler
         waiting = len(sched.waiting)
         free = sched.limits.max_batch - sched.background.seqs - sched.running
         wait = gateway.modeled_wait(sched)
         entry: dict[str, Any] = {"ready": True, "waiting": waiting, "queue_wait_s": round(wait, 3)}
+        if down:
+            entry["unhealthy_replicas"] = down
         if waiting >= sched.limits.max_waiting + max(0, free):
             entry.update(ready=False, reason="queue full")
         elif wait > server.max_queue_wait_s:
@@ -57,8 +67,12 @@ def add_routes(app: FastAPI, gateway: Gateway) -> None:
     @app.get("/readyz")
     async def readyz() -> Response:
         tiers = tier_readiness(gateway, getattr(app.state, "remote", None))
+        health = getattr(app.state, "replica_health", None)
+        replicas = health.readiness() if health is not None else {}
         if gateway.draining:
-            return json_response({"status": "shutting_down", "tiers": tiers}, 503)
+            return json_response({"status": "shutting_down", "tiers": tiers, **replicas}, 503)
         ready = [t for t in tiers.values() if t["ready"]]
-        status = "ok" if len(ready) == len(tiers) else "degraded" if ready else "unavailable"
-        return json_response({"status": status, "tiers": tiers}, 200 if ready else 503)
+        status = ("ok" if len(ready) == len(tiers) and "unhealthy_replicas" not in replicas
+                  else "degraded" if ready else "unavailable")
+        return json_response({"status": status, "tiers": tiers, **replicas},
+                             200 if ready else 503)

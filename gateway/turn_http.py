@@ -37,17 +37,20 @@ from .tickets import ClientGone
 from .turn import Turn
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-# The server's own ``send``, put in the scope by the app (``gateway.app``): token events are
-# written with it, past the per-message wrappers Starlette's middleware puts around ``send``
-# (they only watch for the response start, which still goes through them). No middleware here
-# rewrites a response body; one that did would have to be on the hot path's side of this.
+# The server's own ``send``, put in the scope by the app (``gateway.app``) while none of its
+# middleware rewrites a response body: token events are written with it, past the per-message
+# wrappers Starlette's middleware puts around ``send`` (they only watch for the response start,
+# which still goes through them), and from the engine's step (push mode). Without it (a
+# middleware that may rewrite bodies, e.g. GZip), every byte goes through ``send``, from the
+# turn's own task.
 RAW_SEND = "fastmode.send"
 
 
 class TurnStream(StreamingResponse):
     def __init__(self, turn: Turn, headers: dict[str, str], raw_send: Send | None = None) -> None:
-        super().__init__(turn.sse(self.push), media_type="text/event-stream",
-                         headers={**SSE_HEADERS, **headers})
+        # push mode only with the raw send: a middleware's send must run in the turn's task
+        super().__init__(turn.sse(self.push if raw_send is not None else None),
+                         media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         self.turn = turn
         self.raw_send = raw_send
         # the server's send: a coroutine function (ASGI servers define it with ``async def``)

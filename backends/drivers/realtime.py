@@ -18,11 +18,17 @@ complete at once (a reader that keeps up), and falls back to waiting when one do
 ``interval`` (a tier's ``stream_interval``, vLLM's name for the knob) is how many tokens make
 one event: a reader is woken when its next ``interval`` tokens exist, i.e. when the last token
 of its next event is due, and at the end for the remainder.
+
+A replica's task never ends unseen: if it ends other than by ``stop`` (an exception escaped a
+step, or something cancelled it), its ``on_exit`` is called; the driver's ``Supervisor``
+(``supervisor.py``) logs and reports it, fails over or ends its requests, and restarts it, and
+also catches a replica that holds work but stopped stepping (a lost wake-up).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 
 from ..engine import DeploymentSpec
@@ -30,9 +36,13 @@ from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
 from ..scheduler import Scheduler, Sequence, StepResult
 from .base import Driver, Replica
+from .supervisor import FailureCallback, Supervisor
 from .token_stream import TokenStream
 
 StepCallback = Callable[["RealtimeReplica", StepResult], None]
+ExitCallback = Callable[["RealtimeReplica", BaseException], None]
+
+log = logging.getLogger("fastmode.engine")
 
 
 class RealtimeReplica(Replica):
@@ -42,8 +52,8 @@ class RealtimeReplica(Replica):
     exist (the scheduler plans a step before its end is reached, so its own step index runs one
     ahead while a step is in flight)."""
 
-    __slots__ = ("on_step", "clock", "loop", "done_index", "done_end", "late", "stopped", "_at",
-                 "_wake", "_task")
+    __slots__ = ("on_step", "on_exit", "clock", "loop", "done_index", "done_end", "late",
+                 "stopped", "_at", "_wake", "_task")
 
     def __init__(
         self,
@@ -51,9 +61,11 @@ class RealtimeReplica(Replica):
         name: str = "",
         deployment: str = "",
         on_step: StepCallback | None = None,
+        on_exit: ExitCallback | None = None,
     ) -> None:
         super().__init__(scheduler, name, deployment)
         self.on_step = on_step
+        self.on_exit = on_exit  # the loop ended by itself (the supervisor's ``exited``)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.loop = asyncio.get_running_loop()
@@ -75,31 +87,66 @@ class RealtimeReplica(Replica):
         else:
             waiters.append(fut)
 
+    @property
+    def alive(self) -> bool:
+        """Its loop task is alive (False before ``start``, after ``stop`` or a failure)."""
+        return self._task is not None and not self._task.done()
+
     def start(self) -> None:
+        """Start (or, after a failure, restart) the loop on this replica's scheduler."""
         if self._task is None:
             self.stopped = False
-            self._task = self.loop.create_task(self._run(), name=f"replica-{self.name}")
+            task = self._task = self.loop.create_task(self._run(), name=f"replica-{self.name}")
+            task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The loop task ended. By ``stop`` or ``halt`` (they let go of it first): nothing to
+        do. By itself (the loop never returns): an exception escaped, or a cancellation
+        that was not ours; either way the replica stopped stepping, so it is reported."""
+        if task is not self._task:
+            return
+        self._task = None
+        error = (asyncio.CancelledError("the replica's loop task was cancelled")
+                 if task.cancelled() else task.exception())
+        if error is None:  # (unreachable: the loop only ends by raising)
+            error = RuntimeError("the replica's loop returned")
+        if self.on_exit is not None:
+            self.on_exit(self, error)
+        else:
+            log.error("replica %s stopped stepping", self.name, exc_info=error)
+
+    def halt(self) -> None:
+        """Cancel a loop that stopped stepping (the supervisor's liveness check), without
+        reporting it as a failure of its own."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
-            self._task = None
         self.stopped = True  # readers still waiting end instead of hanging
+        self.release_readers()
+        sched = self.scheduler
+        for seq in (*sched.waiting, *sched.prefilling, *sched.decoding.values()):
+            if isinstance(seq.tag, TokenStream):
+                seq.tag.wake()
+
+    def release_readers(self) -> None:
+        """End every registered wait: each reader looks at its stream again (and waits anew,
+        takes its tokens, or ends if the stream is over)."""
         waiting, self._at = self._at, {}
         for futs in waiting.values():
             for fut in futs:
                 if isinstance(fut, TokenStream):
-                    fut._wake()
+                    fut.wake()
                 elif not fut.done():
                     fut.set_result(None)
-        sched = self.scheduler
-        for seq in (*sched.waiting, *sched.prefilling, *sched.decoding.values()):
-            if isinstance(seq.tag, TokenStream):
-                seq.tag._wake()
 
     def wake(self) -> None:
         """New work or a cancellation: the loop re-plans (an idle replica starts stepping)."""
@@ -118,8 +165,11 @@ class RealtimeReplica(Replica):
                 await self._wake.wait()
             result = self.step()
             if result is None:
-                # only cancelled work was left; wait for more
+                # only cancelled work was left, or what waits does not fit yet beside the other
+                # tenants' KV: wait for a change (never plan again at once: that spins)
                 self._wake.clear()
+                if sched.has_work:
+                    await self._idle_with_work()
                 continue
             delay = result.end - clock()
             if delay > 0:
@@ -132,6 +182,20 @@ class RealtimeReplica(Replica):
             if self.on_step is not None:
                 self.on_step(self, result)
 
+    async def _idle_with_work(self) -> None:
+        """Nothing could be planned though requests wait: until a wake-up (new work, a
+        cancellation) or the other tenants' next tick (their load, so the room, moves then),
+        after which the replica's next step starts no earlier than now."""
+        t = self.tenants
+        if t is None:
+            await self._wake.wait()
+        else:
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, t.next_tick - self.clock()))
+            except TimeoutError:
+                pass
+        self.next_start = max(self.next_start, self.clock())
+
     def _deliver(self, result: StepResult) -> None:
         """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence
         whose first token this was; nothing per sequence of the batch."""
@@ -141,13 +205,13 @@ class RealtimeReplica(Replica):
         if futs is not None:
             for fut in futs:
                 if isinstance(fut, TokenStream):
-                    fut._push()  # a listener writes its event now
+                    fut.deliver()  # a listener writes its event now
                 elif not fut.done():
                     fut.set_result(None)
         for seq in result.first_tokens:
             stream = seq.tag
-            if isinstance(stream, TokenStream) and stream._first:
-                stream._wake()
+            if isinstance(stream, TokenStream) and stream.waits_first:
+                stream.wake()
 
 
 class RealtimeDriver(Driver[RealtimeReplica]):
@@ -155,19 +219,22 @@ class RealtimeDriver(Driver[RealtimeReplica]):
 
     A submitted sequence's ``tag`` is its ``TokenStream`` (where the replica sends its tokens);
     the caller's tag rides on the stream. ``on_step(replica, result)`` runs after every step.
-    Must be built inside a running event loop.
+    ``supervisor`` watches every replica's task (``on_failure``: what the caller does when one
+    fails, e.g. count it). Must be built inside a running event loop.
     """
 
     def __init__(
         self, deployments: Mapping[str, DeploymentSpec], on_step: StepCallback | None = None,
-        fleet: FleetSpec | None = None,
+        fleet: FleetSpec | None = None, on_failure: FailureCallback | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self._on_step = on_step
+        self.supervisor = Supervisor(self, on_failure)
         super().__init__(deployments, fleet)
 
     def _new_replica(self, scheduler: Scheduler, name: str, deployment: str) -> RealtimeReplica:
-        return RealtimeReplica(scheduler, name, deployment, self._on_step)
+        return RealtimeReplica(scheduler, name, deployment, self._on_step,
+                               self.supervisor.exited)
 
     @property
     def now(self) -> float:
@@ -176,8 +243,10 @@ class RealtimeDriver(Driver[RealtimeReplica]):
     def start(self) -> None:
         for r in self.replicas:
             r.start()
+        self.supervisor.start()
 
     async def stop(self) -> None:
+        await self.supervisor.stop()
         for r in self.replicas:
             await r.stop()
 
@@ -199,28 +268,3 @@ class RealtimeDriver(Driver[RealtimeReplica]):
         stream = seq.tag
         if isinstance(stream, TokenStream):
             stream.cancel()  # also ends a reader waiting on the stream
-
-
-class RealtimeDeployment:
-    """One deployment on the real-time clock: the handle the gateway keeps per deployment."""
-
-    def __init__(self, spec: DeploymentSpec, on_step: StepCallback | None = None) -> None:
-        self.spec = spec
-        self.driver = RealtimeDriver({spec.name: spec}, on_step)
-        self.replicas = self.driver.by_deployment[spec.name]
-
-    def start(self) -> None:
-        self.driver.start()
-
-    async def stop(self) -> None:
-        await self.driver.stop()
-
-    def submit(self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0,
-               prefix: PrefixKey | None = None) -> TokenStream:
-        """Queue a request on the replica ``choose`` picks; raises Overloaded or TooLarge."""
-        return self.driver.open(self.spec.name, prompt_tokens, output_tokens, cached_tokens,
-                                prefix)
-
-    def choose(self, prefix: PrefixKey | None = None, prompt_tokens: int = 0) -> RealtimeReplica:
-        """The replica ``submit`` would pick now (admission models its queue beforehand)."""
-        return self.driver.choose(self.spec.name, prefix, prompt_tokens)

@@ -350,7 +350,8 @@ class Session(ConnectionLife):
         enc = turn.encoder
         assert enc is not None
         texts = enc.text_tokens
-        send = self.ws.scope.get(RAW_SEND) or self.ws.send
+        raw = self.ws.scope.get(RAW_SEND)  # absent under a middleware that may rewrite
+        send = raw or self.ws.send
 
         def push(start: int, count: int) -> Coroutine[Any, Any, None]:
             """Push mode (``gateway.push``): the send of these tokens' events, which the
@@ -360,7 +361,7 @@ class Session(ConnectionLife):
                 return send({"type": "websocket.send", "text": events[0]})
             return self._send_texts(events, sid)
 
-        events = turn.frames(push)
+        events = turn.frames(push if raw is not None else None)
         try:
             async for frames in events:
                 turn.writing_since = clock()  # the watchdog cuts a write pending too long

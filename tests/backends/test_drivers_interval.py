@@ -11,8 +11,9 @@ import dataclasses
 import math
 
 import pytest
+from test_drivers import Pool
 
-from backends.drivers import Arrival, RealtimeDeployment, RealtimeReplica, VirtualDriver
+from backends.drivers import Arrival, RealtimeReplica, VirtualDriver
 from backends.engine import EngineSpec, build
 from backends.scheduler import Sequence
 from gateway.config import load_config
@@ -51,7 +52,7 @@ async def read_items(stream) -> list[tuple[int, float]]:
 
 async def run_realtime(dep, prompts, outputs, interval: int):
     starts: list[float] = []
-    rt = RealtimeDeployment(dep, on_step=lambda _r, res: starts.append(res.start))
+    rt = Pool(dep, on_step=lambda _r, res: starts.append(res.start))
     streams = [rt.submit(p, o) for p, o in zip(prompts, outputs, strict=True)]
     for s in streams:
         s.interval = interval
@@ -89,7 +90,7 @@ async def test_a_reader_wakes_once_per_event_not_once_per_step(spec: EngineSpec,
     """With interval 8 the replica wakes the reader for 1 step in 8: the waits registered are
     the events, not the steps (one timer per step, nothing per stream per step)."""
     dep = dataclasses.replace(spec.deployments["spark"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     waits: list[int] = []
     real = RealtimeReplica.wait_for
 
@@ -113,7 +114,7 @@ async def test_a_late_reader_gets_every_due_event_at_once(spec: EngineSpec):
     """A reader that did not read for a while gets all the events due in one item (a
     multiple of the interval), never a partial event before the end."""
     dep = dataclasses.replace(spec.deployments["spark"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     replica = rt.replicas[0]
     stream = rt.submit(200, 100)
     stream.interval = 8
@@ -135,7 +136,7 @@ async def test_a_late_reader_gets_every_due_event_at_once(spec: EngineSpec):
 
 async def test_cancel_ends_a_reader_waiting_for_its_next_event(spec: EngineSpec):
     dep = dataclasses.replace(spec.deployments["standard"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     rt.start()
     try:
         stream = rt.submit(100, 10_000)
@@ -167,7 +168,7 @@ async def test_cancel_ends_a_reader_waiting_for_its_next_event(spec: EngineSpec)
 
 async def test_a_reader_left_waiting_ends_when_the_replica_stops(spec: EngineSpec):
     dep = dataclasses.replace(spec.deployments["standard"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     rt.start()
     stream = rt.submit(100, 10_000)
     reader = asyncio.ensure_future(read_items(stream))
