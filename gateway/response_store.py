@@ -88,6 +88,10 @@ class ConnectionStore(ResponseStore):
     async def load(self, rid: str) -> StoredResponse | None:
         return self._visible(self._items.get(rid)) or await self.shared.load(rid)
 
+    def forget(self, rid: str) -> None:
+        """Drop a response from this connection's memory (the shared store keeps its own)."""
+        self._items.pop(rid, None)
+
     def remember(self, item: StoredResponse, persist: bool) -> None:
         item.owner = self.caller.owner
         self._items.keep(item)  # kept for this connection even with store: false

@@ -99,6 +99,7 @@ class ResponsesProtocol(Protocol):
                 )
             messages = prev.messages + messages
             cached = prev.context_tokens
+        answered_calls(messages)
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         specs = tuple(ToolSpec.from_wire(t) for t in tools)
         choice = req.tool_choice
@@ -151,6 +152,17 @@ class ResponsesProtocol(Protocol):
                               job.prompt_tokens + gen.output_tokens,
                               body=stored_body(encoder.response("completed"), req))
         ctx.store.remember(item, persist=req.store is not False)
+
+
+def answered_calls(messages: list[dict[str, Any]]) -> None:
+    """Each tool output answers a call made earlier in the conversation (the request's items or
+    the continued response's); an output for no call is OpenAI's 400."""
+    calls: set[str] = set()
+    for m in messages:
+        calls.update(str(c.get("id")) for c in m.get("tool_calls") or ())
+        if m.get("role") == "tool" and m.get("tool_call_id") not in calls:
+            raise bad_request("No tool call found for function call output with call_id "
+                              f"{m.get('tool_call_id')}.", param="input")
 
 
 def text_format(req: ResponsesRequest, messages: list[dict[str, Any]]) -> ResponseFormat | None:
