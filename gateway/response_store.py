@@ -60,6 +60,11 @@ class ResponseStore:
         self.caller  # noqa: B018 - a request without a valid key is a 401 before any lookup
         return self._visible(await self.state.get_response(rid))
 
+    async def reload(self, rid: str) -> StoredResponse | None:
+        """``load`` past this process's memory (a response another process is updating)."""
+        self.caller  # noqa: B018 - a 401 before any lookup
+        return self._visible(await self.state.reload_response(rid))
+
     async def delete(self, rid: str) -> bool:
         """Forget a response this caller may see; False (a 404) if it may not, or is unknown."""
         if await self.load(rid) is None:

@@ -163,6 +163,8 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             store = state.responses.seen_by(deferred(gateway.auth, request.headers))
             ctx = RequestContext(request.headers, fast_path, store)
             await prefetch(req, ctx)
+            if req.__dict__.get("background"):  # Responses' background mode
+                return await state.background.create(protocol, req, ctx, request_id, started)
             turn = Turn(gateway, protocol, req, ctx, request_id=request_id)
             job = await turn.start(disconnected=gone)
         except APIError as exc:

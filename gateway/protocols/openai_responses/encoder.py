@@ -21,7 +21,9 @@ def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
     out = job.gen.output_tokens if output is None else output
     return {
         "input_tokens": job.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        # cache writes: those billed as such (OpenAI bills none, so 0 on OpenAI's routes)
+        "input_tokens_details": {"cached_tokens": job.cached_tokens,
+                                 "cache_write_tokens": job.cache_write_tokens},
         "output_tokens": out,
         "output_tokens_details": {"reasoning_tokens": min(out, job.gen.reasoning_tokens)},
         "total_tokens": job.prompt_tokens + out,
@@ -140,6 +142,7 @@ class ResponsesEncoder(Encoder):
             "background": bool(req.background),
             "safety_identifier": req.safety_identifier,
             "prompt_cache_key": req.prompt_cache_key,
+            "prompt_cache_retention": req.prompt_cache_retention,
             "user": req.user,
             "truncation": req.truncation or "disabled",
             "usage": responses_usage(job) if done else None,
@@ -151,8 +154,8 @@ class ResponsesEncoder(Encoder):
 
     def opening(self) -> Frames:
         return [
-            ("response.created", self._event({"type": "response.created",
-                                              "response": self.response("in_progress")})),
+            ("response.created", self._event({"type": "response.created", "response": self.response(
+                "queued" if self.req.background else "in_progress")})),
             ("response.in_progress", self._event({"type": "response.in_progress",
                                                   "response": self.response("in_progress")})),
         ]

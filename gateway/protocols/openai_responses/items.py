@@ -104,6 +104,11 @@ def continued(store: ResponseStore, rid: str) -> StoredResponse:
     if prev is None:
         raise APIError(400, f"Previous response with id '{rid}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
+    body = prev.body.get("response") if isinstance(prev.body, dict) else None
+    if isinstance(body, dict) and body.get("status") in ("queued", "in_progress"):
+        raise bad_request(f"Previous response with id '{rid}' is still {body['status']} (a "
+                          "background response): continue it once it has completed.",
+                          param="previous_response_id")
     return prev
 
 
