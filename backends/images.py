@@ -97,7 +97,8 @@ def anthropic_tokens(width: int, height: int) -> int:
     """Anthropic's rule (see the module docstring)."""
     w, h = float(width), float(height)
     scale = min(1.0, ANTHROPIC_LONG_EDGE / max(w, h), math.sqrt(ANTHROPIC_MAX_PIXELS / (w * h)))
-    return max(1, math.ceil(w * scale * h * scale / ANTHROPIC_PIXELS_PER_TOKEN))
+    pixels = max(1, round(w * scale)) * max(1, round(h * scale))  # the resized image's
+    return math.ceil(pixels / ANTHROPIC_PIXELS_PER_TOKEN)
 
 
 def openai_part_image(part: Mapping[str, Any]) -> tuple[str, str | None]:
