@@ -33,6 +33,7 @@ from . import (
     vllm_metrics,
 )
 from .admission import Gateway
+from .background import Background
 from .config import Config, load_config
 from .errors import APIError
 from .ids import new_id
@@ -117,6 +118,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         watchdog.start()
         yield
         await watchdog.stop()
+        await background.stop()
         await remote.stop(config.server.shutdown_grace_s)
         await gateway.stop(config.server.shutdown_grace_s)
 
@@ -126,6 +128,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
                telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.gateway = gateway
     app.state.responses = ResponseStore(gateway.state)
+    app.state.background = background = Background(gateway)  # background: true (Responses)
     app.state.remote = remote
     app.state.watchdog = watchdog
     app.state.replica_health = health_of_replicas
@@ -160,7 +163,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     _openapi_with_bodies(app, bodies)
     network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
-    responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items
+    responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items, cancel
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens
         count_tokens.CountTokensRequest, bodies, gateway.models))
     return app

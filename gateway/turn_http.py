@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
+from .background import Background
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -166,6 +167,9 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             store = state.responses.seen_by(deferred(gateway.auth, request.headers))
             ctx = RequestContext(request.headers, fast_path, store)
             await prefetch(req, ctx)
+            if req.__dict__.get("background"):  # Responses' background mode
+                background: Background = state.background
+                return await background.create(protocol, req, ctx, request_id, started)
             turn = await off_loop(len(raw), counted, gateway, protocol.name,
                                   Turn, gateway, protocol, req, ctx, request_id=request_id)
             job = await turn.start(disconnected=gone)

@@ -19,14 +19,17 @@ from typing import Any
 
 import orjson
 
+from backends.images import openai_part_image
 from backends.mockmodel import Piece, Reasoning, ToolCall
 
 from ..errors import APIError
+from ..protocols.openai_responses.items import COMPACTED_CALLS
 from ..request import TurnRequest
 
 DONE = b"[DONE]"
 # Responses content parts and Anthropic blocks that carry text, in Chat's part vocabulary
 _TEXT_PARTS = {"input_text", "output_text", "text"}
+GATEWAY_ONLY = {COMPACTED_CALLS}  # message keys the gateway keeps for itself
 
 
 def _chat_content(content: Any) -> Any:
@@ -39,15 +42,33 @@ def _chat_content(content: Any) -> Any:
             out.append({"type": "text", "text": str(part.get("text") or "")})
         elif isinstance(part, dict) and part.get("type") == "refusal":
             out.append({"type": "text", "text": str(part.get("refusal") or "")})
+        elif isinstance(part, dict) and part.get("type") in ("input_image", "image"):
+            out.append(_image_url(part))
         else:
             out.append(part)
     return out
 
 
+def _image_url(part: dict[str, Any]) -> dict[str, Any]:
+    """A Responses ``input_image`` or an Anthropic ``image`` block as Chat's ``image_url`` (the
+    upstream bills it by the same rule: ``backends.images``)."""
+    url, detail = openai_part_image(part)
+    source = part.get("source")
+    if part.get("type") == "image" and isinstance(source, dict):
+        url = (source.get("url") or "") if source.get("type") == "url" else (
+            f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}")
+    # a file id names nothing the upstream has: an address that never resolves (.invalid)
+    ref: dict[str, Any] = {"url": url or f"https://files.invalid/{part.get('file_id', '')}"}
+    if detail is not None:
+        ref["detail"] = detail
+    return {"type": "image_url", "image_url": ref}
+
+
 def chat_messages(messages: Any) -> list[dict[str, Any]]:
     out = []
     for m in messages:
-        msg = {k: v for k, v in m.items() if v is not None or k == "content"}
+        msg = {k: v for k, v in m.items()
+               if (v is not None or k == "content") and k not in GATEWAY_ONLY}
         if "content" in msg:
             msg["content"] = _chat_content(msg["content"])
         out.append(msg)

@@ -272,6 +272,14 @@ class StateBackend(ABC):
     async def delete_response(self, rid: str) -> bool:
         """Forget a response; False if it was unknown."""
 
+    async def reload_response(self, rid: str) -> StoredResponse | None:
+        """``get_response`` past this process's memory: for a response another process is
+        still updating (a background response's status, ``gateway.background``)."""
+        cache = getattr(self, "_cache", None)
+        if isinstance(cache, ResponseCache):
+            cache.pop(rid, None)
+        return await self.get_response(rid)
+
     # -- settings (fault rules, admin switches) ---------------------------------------------
 
     @abstractmethod

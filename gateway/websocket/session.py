@@ -29,6 +29,7 @@ from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
 from ..response_store import ConnectionStore, ResponseStore
 from ..shutdown import Shutdown
+from ..state import FAILED
 from ..turn import Turn, internal_error
 from ..turn_http import RAW_SEND
 from .life import ConnectionLife, limit_error
@@ -306,17 +307,14 @@ class Session(ConnectionLife):
                 await self.cache.load(req.previous_response_id)
             turn = await off_loop(size, counted, self.gateway, RESPONSES.name, Turn,
                                   self.gateway, RESPONSES, req, ctx, transport="websocket")
-        except APIError as exc:
-            await self._error(exc, sid)
-            return
-        delay = self.network.ws_turn_s() if self.network.enabled else 0.0
-        if delay:
-            await asyncio.sleep(delay)
-        network_time.set(delay)  # this task's context: read by Gateway.admit
-        try:
+            delay = self.network.ws_turn_s() if self.network.enabled else 0.0
+            if delay:
+                await asyncio.sleep(delay)
+            network_time.set(delay)  # this task's context: read by Gateway.admit
             # faults, then admission on the tier's engine or (remote tier) its upstreams
             job = await turn.start(stream=True)
         except APIError as exc:
+            self._evict(req)
             await self._error(exc, sid)
             return
         assert turn.encoder is not None
@@ -335,6 +333,8 @@ class Session(ConnectionLife):
                 await self._drop()
                 return
             if not stream.cancelled():
+                if job.ended == FAILED:  # closed with response.failed
+                    self._evict(req)
                 return  # the turn ran to its closing (or error) events
             turn.settle(499)  # cancelled: billed for the tokens sent
             if not turn.opened:  # cancelled before response.created went out
@@ -343,6 +343,12 @@ class Session(ConnectionLife):
         finally:
             stream.cancel()
             turn.settle(499)  # once only: a no-op unless the socket went away
+
+    def _evict(self, req: ResponsesRequest) -> None:
+        """A failed continuation drops what it continued from this connection's memory (as
+        OpenAI's: continuing it again is ``previous_response_not_found`` unless stored)."""
+        if req.previous_response_id:
+            self.cache.forget(req.previous_response_id)
 
     async def _pump(self, turn: Turn, sid: str | None) -> None:
         turn.writer = asyncio.current_task()

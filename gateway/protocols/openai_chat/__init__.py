@@ -13,6 +13,7 @@ from ...job import Job
 from ...request import TurnRequest
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
+from ..images import check_images
 from .encoder import ChatEncoder, chat_usage
 from .schema import ChatRequest, NamedToolChoice
 
@@ -36,6 +37,7 @@ class ChatProtocol(Protocol):
                 param="stream_options",
             )
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        check_images(messages, "messages")  # image_url parts: checked, never fetched
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         specs = tuple(ToolSpec.from_wire(t) for t in tools)
         choice = req.tool_choice

@@ -12,7 +12,7 @@ from ..base import Encoder
 from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 from .reasoning import ReasoningItem
-from .schema import ResponsesRequest, ResponsesToolChoice
+from .schema import ResponsesRequest, ResponsesTool, ResponsesToolChoice
 
 
 def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
@@ -21,7 +21,9 @@ def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
     out = job.gen.output_tokens if output is None else output
     return {
         "input_tokens": job.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        # cache writes: those billed as such (OpenAI bills none, so 0 on OpenAI's routes)
+        "input_tokens_details": {"cached_tokens": job.cached_tokens,
+                                 "cache_write_tokens": job.cache_write_tokens},
         "output_tokens": out,
         "output_tokens_details": {"reasoning_tokens": min(out, job.gen.reasoning_tokens)},
         "total_tokens": job.prompt_tokens + out,
@@ -107,10 +109,14 @@ class ResponsesEncoder(Encoder):
         incomplete = None
         if job.gen.finish_reason == "length" and done:
             incomplete = {"reason": "max_output_tokens"}
+        info = job.time_info() if done else None
         return {
             "id": self.rid,
             "object": "response",
             "created_at": job.created,
+            # the modeled end of the reply (a number once completed, null before)
+            "completed_at": job.created + round(info["total_time"])
+            if info is not None and not incomplete else None,
             "status": "incomplete" if incomplete else status,
             "error": None,
             "incomplete_details": incomplete,
@@ -127,20 +133,29 @@ class ResponsesEncoder(Encoder):
             "text": _text_wire(req),
             "reasoning": self._reasoning_wire(),
             "tool_choice": _tool_choice_wire(req),
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "tools": [_tool_wire(t) for t in req.tools or []],
             "top_p": 1.0 if req.top_p is None else req.top_p,
-            "truncation": "disabled",
+            "presence_penalty": req.presence_penalty or 0.0,
+            "frequency_penalty": req.frequency_penalty or 0.0,
+            "top_logprobs": req.top_logprobs or 0,
+            "max_tool_calls": req.max_tool_calls,
+            "background": bool(req.background),
+            "safety_identifier": req.safety_identifier,
+            "prompt_cache_key": req.prompt_cache_key,
+            "prompt_cache_retention": req.prompt_cache_retention,
+            "user": req.user,
+            "truncation": req.truncation or "disabled",
             "usage": responses_usage(job) if done else None,
             "metadata": req.metadata or {},
-            "time_info": job.time_info() if done else None,
+            "time_info": info,
         }
 
     # -- the events -------------------------------------------------------------------------
 
     def opening(self) -> Frames:
         return [
-            ("response.created", self._event({"type": "response.created",
-                                              "response": self.response("in_progress")})),
+            ("response.created", self._event({"type": "response.created", "response": self.response(
+                "queued" if self.req.background else "in_progress")})),
             ("response.in_progress", self._event({"type": "response.in_progress",
                                                   "response": self.response("in_progress")})),
         ]
@@ -262,6 +277,15 @@ class ResponsesEncoder(Encoder):
         resp["time_info"] = job.time_info()
         return [("response.incomplete",
                  self._event({"type": "response.incomplete", "response": resp}))]
+
+
+def _tool_wire(tool: ResponsesTool) -> dict[str, Any]:
+    """A function tool as the response echoes it: ``description``, ``parameters`` and
+    ``strict`` always present (null when the request left them out)."""
+    wire = tool.model_dump(exclude_none=True)
+    for key in ("description", "parameters", "strict"):
+        wire.setdefault(key, None)
+    return wire
 
 
 def _tool_choice_wire(req: ResponsesRequest) -> Any:

@@ -64,3 +64,13 @@ class ResponsesRequest(Lenient):
     include: list[str] | None = Field(None, max_length=16)
     prompt_cache_key: str | None = Field(None, max_length=1024)  # routing hint (gateway.caching)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    # accepted and echoed in the response object (the mock model does not sample with them)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_tool_calls: int | None = Field(None, ge=0)  # caps built-in tools: fastmode has none
+    safety_identifier: str | None = Field(None, max_length=64)
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    # run detached, polled with GET /v1/responses/{id} (gateway.background)
+    background: StrictBool | None = None
