@@ -52,6 +52,16 @@ async def _metadata(request: Request) -> dict[str, str]:
     return check_metadata(body["metadata"])
 
 
+# the update's body, for /openapi.json (the route reads the raw body itself: a bad one is
+# OpenAI's 400, not FastAPI's 422)
+UPDATE_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {
+        "type": "object", "required": ["metadata"],
+        "properties": {"metadata": {"type": ["object", "null"], "maxProperties": 16,
+                                    "additionalProperties": {"type": "string",
+                                                             "maxLength": 512}}}}}}}}
+
+
 def add_routes(app: FastAPI) -> None:
     for prefix in ("/v1", "/fast/v1"):
 
@@ -69,7 +79,7 @@ def add_routes(app: FastAPI) -> None:
             except APIError as exc:
                 return _error(exc)
 
-        @app.post(prefix + "/chat/completions/{cid}")
+        @app.post(prefix + "/chat/completions/{cid}", openapi_extra=UPDATE_BODY)
         async def update_completion(cid: str, request: Request) -> Response:
             try:
                 chats = _chats(request)  # a 401 first
