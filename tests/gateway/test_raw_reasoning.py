@@ -21,14 +21,17 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 from conftest import quick_config_text
 from test_remote import serve
 from test_ws import connect, turn
 
+from backends.mockmodel import REASONING
 from backends.tokenizer import tokenize
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.engine_config import engine_config
+from gateway.remote.translate import ChunkReader, LiveReply, reply_from_completion
 
 OSS = "gpt-oss-120b"
 USER = [{"role": "user", "content": "Explain the trade-offs of continuous batching"}]
@@ -211,3 +214,24 @@ async def test_remote_reasoning_hidden_never_becomes_content() -> None:
             msg = await ms.get_final_message()
         assert [b.type for b in msg.content] == ["thinking", "text"]
         assert said == msg.content[1].text and "The user is asking" not in said
+
+
+def test_chunk_reader_takes_either_name_and_reasoning_first_only() -> None:
+    """vLLM sends ``reasoning`` (newer) or ``reasoning_content`` (older); reasoning after the
+    content began is not a reasoning piece (an encoder's reasoning comes first)."""
+    def sse(*deltas: dict[str, Any]) -> bytes:
+        return b"".join(b"data: " + orjson.dumps({"choices": [{"index": 0, "delta": d}]})
+                        + b"\n\n" for d in deltas) + b"data: [DONE]\n\n"
+
+    reply = LiveReply()
+    ChunkReader(reply).feed(sse({"reasoning_content": "Think"}, {"reasoning": " hard."},
+                                {"content": "Hi"}, {"reasoning": "late"}, {"content": "!"}))
+    assert [p.tool for p in reply.pieces] == [REASONING, REASONING, -1, -1]
+    assert reply.reasoning is not None and reply.reasoning.text == "Think hard."
+    assert reply.reasoning_tokens == 2 and reply.text == "Hi!"
+    whole, _, _ = reply_from_completion(orjson.dumps({
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "Hi", "reasoning_content": "Think it over."}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 6}}))
+    assert whole.reasoning is not None and whole.reasoning.text == "Think it over."
+    assert whole.reasoning_tokens == len(tokenize("Think it over.")) and whole.text == "Hi"
