@@ -162,6 +162,9 @@ class BehaviorConfig(Strict):
     reply_max_tokens: int = Field(6000, ge=1)
     parallel_tool_share: float = Field(0.25, ge=0, le=1)
     max_parallel_tools: int = Field(3, ge=1, le=16)
+    # the reasoning text itself on the OpenAI protocols (vLLM / gpt-oss: Chat ``reasoning``,
+    # Responses ``reasoning_text`` parts); false: hidden, as OpenAI's hosted models keep it
+    raw_reasoning: bool = False
 
     @model_validator(mode="after")
     def _positive(self) -> BehaviorConfig:

@@ -177,4 +177,5 @@ def model_behavior(cfg: BehaviorConfig) -> ModelBehavior:
         sigma=cfg.reply_sigma,
         max_tokens=cfg.reply_max_tokens,
     )
-    return ModelBehavior(reasoning, replies, cfg.parallel_tool_share, cfg.max_parallel_tools)
+    return ModelBehavior(reasoning, replies, cfg.parallel_tool_share, cfg.max_parallel_tools,
+                         cfg.raw_reasoning)

@@ -37,14 +37,15 @@ from .background import Background
 from .config import Config, load_config
 from .errors import APIError
 from .ids import new_id
-from .json_response import json_response
 from .limits import BodyLimit
+from .models_api import add_routes as add_model_routes
 from .protocols.anthropic_messages import count_tokens
 from .remote import RemoteTiers
 from .response_store import ResponseStore
 from .shutdown import Shutdown
 from .state import StateBackend
 from .state.health import StateCollector
+from .stored_chat_api import add_routes as add_stored_chat_routes
 from .turn import internal_error
 from .turn_http import RAW_SEND, http_endpoint
 from .watchdog import Watchdog
@@ -148,7 +149,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     hot: list[Route] = []
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
-        _model_routes(app, gateway, prefix, fast)
+        add_model_routes(app, gateway, prefix, fast)  # OpenAI's or Anthropic's shape
         for path, protocol in protocols.ENDPOINTS.items():
             endpoint = http_endpoint(protocol, fast)
             app.add_api_route(prefix + path, endpoint, methods=["POST"],
@@ -166,6 +167,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items, cancel
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens
         count_tokens.CountTokensRequest, bodies, gateway.models))
+    add_stored_chat_routes(app)  # stored Chat Completions: GET/POST/DELETE .../{id}, list
     return app
 
 
@@ -233,24 +235,3 @@ def _error_handlers(app: FastAPI) -> None:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return answer(request, internal_error(exc))
 
-
-def _model_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
-    def model_card(model: str) -> dict[str, Any]:
-        routed = gateway.router.route(model, "fast" if fast else "standard")
-        return {
-            "id": model,
-            "object": "model",
-            "created": int(gateway.started_at),
-            "owned_by": "fastmode",
-            "context_window": routed.tier.context_window,
-            # the roles the model offers (its tiers' names are the config's own, never shown)
-            "roles": sorted(gateway.config.routes[model].roles()),
-        }
-
-    @app.get(prefix + "/models")
-    async def list_models() -> Response:
-        return json_response({"object": "list", "data": [model_card(m) for m in gateway.models]})
-
-    @app.get(prefix + "/models/{model_id:path}")
-    async def get_model(model_id: str) -> Response:
-        return json_response(model_card(model_id))

@@ -124,6 +124,11 @@ class RedisState(StateBackend):
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
 
+    def key(self, *parts: str) -> str:
+        """A key in this gateway's namespace (``[state] redis_prefix``), for stores built on
+        this backend (``gateway.state.objects``)."""
+        return self._k(*parts)
+
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:

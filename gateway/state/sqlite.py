@@ -17,11 +17,11 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -37,6 +37,7 @@ from .base import (
 )
 from .health import StateHealth
 
+T = TypeVar("T")
 log = logging.getLogger("fastmode.state")
 
 _ROW_FIELDS = [f.name for f in fields(UsageRow)]
@@ -79,6 +80,18 @@ class SQLiteState(StateBackend):
         self.rows_written = 0
 
     # -- lifecycle --------------------------------------------------------------------------
+
+    async def on_db(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on the backend's one worker thread (every statement runs there),
+        for stores built on this backend (``gateway.state.objects``)."""
+
+        def call() -> T:
+            if self._db is None:
+                raise RuntimeError("the state backend is not started")
+            return fn(self._db)
+
+        result: T = await self._run(call)
+        return result
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._pool is None:

@@ -23,6 +23,7 @@ from conftest import free_port, start_server, stop_server
 from openai import OpenAI
 
 from gateway.app import create_app
+from gateway.config import load_config
 from gateway.dashboard import feed
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -160,7 +161,8 @@ def test_the_page_updates_live_under_traffic(served: str, browser: Any, tmp_path
     until(lambda: int(js("return document.body.dataset.samples")) >= 2, 20, "two samples")
     assert browser.find_element("id", "status").text == "live"
     buses = until(lambda: js("return document.querySelectorAll('.bus').length"), 10, "buses")
-    assert buses == 12  # 4 standard + 4 fast + 2 flex + 2 spark replicas
+    # one bus per replica: 4 standard + 4 fast + 2 flex + 2 spark + 2 oss
+    assert buses == sum(d.replicas for d in load_config().deployments.values())
     tenants = js("return [...document.querySelectorAll('.bus')]"
                  ".map(b => Number(b.dataset.tenants)).reduce((a, b) => a + b, 0)")
     assert tenants > 500  # the other tenants ride before we send anything

@@ -185,7 +185,7 @@ def test_fast_routing(live_server: str) -> None:
 
 def test_models(live_server: str) -> None:
     ids = [m.id for m in client(live_server).models.list()]
-    assert ids == ["frontier", "frontier-spark"]
+    assert ids == ["frontier", "frontier-spark", "gpt-oss-120b"]
     assert client(live_server).models.retrieve("frontier-spark").id == "frontier-spark"
     with pytest.raises(openai.NotFoundError):
         client(live_server).models.retrieve("nope")

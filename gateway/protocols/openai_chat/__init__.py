@@ -11,6 +11,7 @@ from ...caching import chat_units, openai_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
+from ...stored_chat import StoredChats, check_metadata
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from ..images import check_images
@@ -36,6 +37,7 @@ class ChatProtocol(Protocol):
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 param="stream_options",
             )
+        check_metadata(req.metadata)
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         check_images(messages, "messages")  # image_url parts: checked, never fetched
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
@@ -78,6 +80,14 @@ class ChatProtocol(Protocol):
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:
         include = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         return ChatEncoder(job, include)
+
+    def completed(self, job: Job, req: ChatRequest, encoder: Any, turn: TurnRequest,
+                  ctx: RequestContext) -> None:
+        """``store: true``: keep the completion for the stored-completions endpoints, as the
+        request's key owns it (the pipeline authenticated the key already)."""
+        if req.store:
+            StoredChats(ctx.store.state, ctx.store.caller).keep(
+                encoder.body(), turn.messages, req.metadata or {})
 
 
 def chat_format(req: ChatRequest, messages: list[dict[str, Any]]) -> ResponseFormat | None:

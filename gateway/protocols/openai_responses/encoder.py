@@ -45,12 +45,23 @@ class ResponsesEncoder(Encoder):
         self._text: list[str] = []
         self._args: dict[int, list[str]] = {}
         self._open_items: set[int] = set()
-        gen = job.gen
-        self.thought = gen.reasoning_tokens  # the first pieces are reasoning
+        self.reasoning: ReasoningItem | None = None
+        self._layout()
+        self._delta_mid = b',"logprobs":[],"sequence_number":'
+
+    def _layout(self) -> None:
+        """The first pieces are reasoning: a reply that thought has its reasoning item at
+        output index 0, the message or the calls after it. An upstream's reply
+        (gateway.remote) learns its reasoning as it streams: laid out again while it grows."""
+        job = self.job
+        self.thought = job.gen.reasoning_tokens
         self.base = 1 if self.thought else 0  # output index of the message / first call
-        encrypted = "reasoning.encrypted_content" in (req.include or ())
-        self.reasoning = ReasoningItem(gen, job.id.replace("req-", "rs_"), encrypted,
-                                       self._event) if self.thought else None
+        if self.thought and self.reasoning is None:
+            encrypted = "reasoning.encrypted_content" in (self.req.include or ())
+            self.reasoning = ReasoningItem(job.gen, job.id.replace("req-", "rs_"), encrypted,
+                                           self._event, job.tier.behavior.raw_reasoning)
+        if self.reasoning is not None:
+            self.reasoning.tokens = self.thought
         prefix = orjson.dumps({
             "type": "response.output_text.delta",
             "item_id": self.msg_id,
@@ -58,7 +69,6 @@ class ResponsesEncoder(Encoder):
             "content_index": 0,
         })[:-1]
         self._delta_prefix = prefix + b',"delta":'
-        self._delta_mid = b',"logprobs":[],"sequence_number":'
 
     def _fc_id(self, k: int) -> str:
         """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
@@ -162,6 +172,8 @@ class ResponsesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
+        if self.thought != self.job.gen.reasoning_tokens and not self._open_items:
+            self._layout()  # an upstream's reasoning grew
         thought, base = self.thought, self.base
         kind, prefix, form = "response.output_text.delta", self._delta_prefix, b"%b%b%b%d}"
         if self.sse_wire:  # text deltas as their SSE bytes (gateway.protocols.events.WIRE)
@@ -169,8 +181,10 @@ class ResponsesEncoder(Encoder):
         for i, piece in self.pieces(start, start + count, out):
             if i < thought:
                 assert self.reasoning is not None
-                out += self.reasoning.at(i)
+                out += self.reasoning.at(i, piece.text)
                 continue
+            if self.reasoning is not None and self.reasoning.state == 1:
+                out += self.reasoning.finish()  # an upstream's reasoning ends with its content
             k = piece.tool
             if k < 0:
                 if 0 not in self._open_items:
