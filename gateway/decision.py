@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backends.engine import Tier
-
 from backends.pricing import Prices
 
 from .auth import Authenticator, Principal
