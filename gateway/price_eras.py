@@ -27,6 +27,7 @@ from backends.engine import Tier
 from backends.pricing import Prices
 
 from .config import RouteConfig
+from .roles import STANDARD
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class PriceRule:
         factor = self.factors.get(role)
         if factor is not None:
             return base.scaled(factor)
-        if role == "standard":
+        if role == STANDARD.name:
             return base
         return relative(base, tier.prices, self.reference)
 
