@@ -35,8 +35,9 @@ class Routed:
 
 
 def role_unavailable(model: str, asked: str, param: str = "service_tier") -> APIError:
-    return APIError(400, f"{param} {asked!r} is not available for the model `{model}`; use "
-                    "'auto' or 'default'.", param=param, code="invalid_value")
+    return APIError(400, f"{param} {asked!r} is not available for the model `{model}`; omit "
+                    f"{param} to be served at the standard speed.", param=param,
+                    code="invalid_value")
 
 
 def busy(asked: Role, retry_s: float) -> APIError:
