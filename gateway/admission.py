@@ -33,7 +33,6 @@ from .job import Job
 from .ledger import job_row
 from .metrics import Metrics, add_gauge
 from .request import TurnRequest
-from .roles import STANDARD
 from .routing import Router, busy
 from .settlement import settle
 from .state import StateBackend, UsageRow, open_state
@@ -181,7 +180,7 @@ class Gateway:
         standard = decision.standard
         self.metrics.downgrades.labels(standard.name).inc()
         ticket = dataclasses.replace(
-            ticket, tier=standard, role=STANDARD, pool_full=False,
+            ticket, tier=standard, role=decision.standard_role, pool_full=False,
             cap=self.router.max_output(standard, prompt, request.max_tokens))
         try:
             return await self.backend(standard).admit(ticket)

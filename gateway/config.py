@@ -15,9 +15,13 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from backends.config import SimConfig, Strict
+from backends.config import PriceConfig, SimConfig, Strict
 
 from .fault_kinds import Kind
+
+# the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
+# service_tier and Anthropic's speed
+ECHO_PARAMS = ("service_tier", "speed")
 
 
 class ServerConfig(Strict):
@@ -135,18 +139,47 @@ class RouteConfig(Strict):
     """``[routes.MODEL]``: which tier serves each role (``gateway.roles``) for this model id.
     ``standard`` is required; ``fast`` (absent: fast requests are served standard), ``flex``
     (absent: a 400) and any other role a protocol's vocabulary names (e.g. ``ultrafast =
-    "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them."""
+    "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them.
+
+    A model id may also carry its *price era* and its words (``gateway.price_eras``): its own
+    list ``prices`` and a ``price_factor`` per role (Claude Opus 4.6's fast mode at 6x, Opus 5's
+    at 2x, on the same tiers), the word each role is echoed as where the model differs from its
+    protocol (``echo``: OpenAI's newer models echo ``fast``, older ones ``priority``), and, as
+    documentation checked by the tests, the provider's published speed-ups (``speedup``) and the
+    ``sources`` of all of it."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     standard: str
     fast: str | None = None
     flex: str | None = None
+    description: str = ""  # e.g. "alias: Claude Opus 4.6 on frontier's tiers"
+    prices: PriceConfig | None = None  # the model's standard list prices (None: the tiers')
+    # role -> multiple of ``prices`` (of the reference tier's without them); a role without one
+    # bills its tier's own multiple of the reference tier (derived from hardware cost)
+    price_factor: dict[str, float] = Field(default_factory=dict)
+    echo: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> {param: word}
+    speedup: dict[str, float] = Field(default_factory=dict)  # role -> published "up to N x"
+    sources: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _extra_roles_name_tiers(self) -> RouteConfig:
         for role, tier in (self.model_extra or {}).items():
             if not isinstance(tier, str):
                 raise ValueError(f"{role}: a tier name (a string), not {tier!r}")
+        offered = self.roles()
+        for table in ("price_factor", "echo", "speedup"):
+            for role in getattr(self, table):
+                if role not in offered:
+                    raise ValueError(f"{table}.{role}: the route has no tier for role {role!r}; "
+                                     f"its roles: {', '.join(sorted(offered))}")
+        for role, value in (*self.price_factor.items(), *self.speedup.items()):
+            if not value > 0:
+                raise ValueError(f"{role}: must be > 0, got {value}")
+        for role, words in self.echo.items():
+            for param, word in words.items():
+                if param not in ECHO_PARAMS or not word:
+                    raise ValueError(f"echo.{role}.{param}: a non-empty word for one of "
+                                     f"{', '.join(ECHO_PARAMS)}")
         return self
 
     def roles(self) -> dict[str, str]:

@@ -105,6 +105,7 @@ class EngineAdmission:
             principal=decision.principal,
             network_s=network_time.get(),  # emulated network time already slept (gateway.netem)
             headers=dict(ticket.headers),
+            prices=ticket.prices,
         )
         job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(request.prefix, stream)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)

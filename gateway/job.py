@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from backends.engine import Tier
+from backends.pricing import Prices
 from backends.scheduler import FINISHED
 
 from .auth import Principal
@@ -40,6 +41,9 @@ class Job:
     settled: bool = False
     cost_usd: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # rate-limit headers from admission
+    # what it pays per MTok: the model's price era for the role and tier that served it
+    # (gateway.price_eras); None: the tier's own prices
+    prices: Prices | None = None
     # prompt tokens written to the prefix cache, billed as such (Anthropic), and how many of
     # them to a long-lived (1 h) entry (gateway.caching)
     cache_write_tokens: int = 0
@@ -77,9 +81,12 @@ class Job:
 
     def usage_cost(self, output_tokens: int | None = None) -> float:
         out = self.gen.output_tokens if output_tokens is None else output_tokens
-        cost = self.tier.prices.cost(self.prompt_tokens, self.cached_tokens, out)
+        prices = self.tier.prices if self.prices is None else self.prices
+        # the role's multiple is in every price: cache reads (cached_input) and, through the
+        # input price, cache writes, as providers bill fast modes
+        cost = prices.cost(self.prompt_tokens, self.cached_tokens, out)
         if self.cache_write_tokens:
-            cost += cache_write_premium(self.tier.prices.input, self.cache_write_tokens,
+            cost += cache_write_premium(prices.input, self.cache_write_tokens,
                                         self.cache_write_long_tokens)
         return cost
 

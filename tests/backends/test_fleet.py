@@ -364,8 +364,9 @@ def test_simulate_reports_the_fleet_and_the_tenants(default_spec) -> None:
     r = simulate(default_spec, wl)
     doc = r.to_dict()
     fleet = doc["fleet"]
+    nodes = load_config().fleet.nodes["b200"].count  # type: ignore[union-attr]
     assert fleet["nodes"]["b200"]["node_hours"] == pytest.approx(
-        10 * doc["run"]["simulated_s"] / 3600, rel=1e-9)
+        nodes * doc["run"]["simulated_s"] / 3600, rel=1e-9)
     assert fleet["cost_usd"] == pytest.approx(
         sum(n["node_hours"] * p for n, p in ((fleet["nodes"]["b200"], 44.0),
                                              (fleet["nodes"]["cs3"], 125.0),

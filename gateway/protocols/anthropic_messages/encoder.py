@@ -68,7 +68,7 @@ class MessagesEncoder(Encoder):
     def __init__(self, job: Job, omit_thinking: bool = False) -> None:
         self.job = job
         self.mid = job.id.replace("req-", "msg_")
-        self.speed = ANTHROPIC_SPEEDS.label(job.role.name)  # the speed that served
+        self.speed = ANTHROPIC_SPEEDS.label(job.role)  # the speed that served
         self._open: int | None = None
         self.omit_thinking = omit_thinking  # thinking.display "omitted": only the signature
         self._thinking_done = False

@@ -57,7 +57,7 @@ class ChatEncoder(Encoder):
             "object": "chat.completion.chunk",
             "created": job.created,
             "model": job.model,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "system_fingerprint": FINGERPRINT,
         }
         self.head = orjson.dumps(self.meta)[:-1] + b',"choices":[{"index":0,"delta":'

@@ -93,7 +93,7 @@ class CompletionsEncoder(Encoder):
             text = self.echo + text
         return {
             **self.meta,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "choices": [{"index": 0, "text": text, "logprobs": None,
                          "finish_reason": job.gen.finish_reason}],
             "usage": completion_usage(job),

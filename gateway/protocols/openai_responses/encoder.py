@@ -137,7 +137,7 @@ class ResponsesEncoder(Encoder):
             "parallel_tool_calls": True if req.parallel_tool_calls is None else
             req.parallel_tool_calls,
             "previous_response_id": req.previous_response_id,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "store": True if req.store is None else req.store,
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "text": _text_wire(req),
