@@ -29,12 +29,11 @@ from starlette.responses import Response, StreamingResponse
 
 from .errors import APIError, bad_request
 from .ownership import caller
+from .pages import page
 from .response_store import ResponseStore
 from .state import StoredResponse
 
-MAX_LIMIT = 100
 ACTIVE = ("queued", "in_progress")  # a background response still running
-DEFAULT_LIMIT = 20
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -129,31 +128,6 @@ def _replay(run: Any, response: dict[str, Any], params: Mapping[str, str]) -> Re
                              headers={"cache-control": "no-cache"})
 
 
-def _page(items: list[dict[str, Any]], params: Mapping[str, str]) -> dict[str, Any]:
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise bad_request("order: must be 'asc' or 'desc'.", param="order")
-    try:
-        limit = int(params.get("limit", DEFAULT_LIMIT))
-    except ValueError:
-        raise bad_request("limit: must be an integer.", param="limit") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise bad_request(f"limit: must be between 1 and {MAX_LIMIT}.", param="limit")
-    ordered = items if order == "asc" else items[::-1]
-    start = 0
-    after = params.get("after")
-    if after:
-        ids = [it["id"] for it in ordered]
-        if after not in ids:
-            raise bad_request(f"after: no item with id '{after}'.", param="after")
-        start = ids.index(after) + 1
-    page = ordered[start:start + limit]
-    return {"object": "list", "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": start + limit < len(ordered)}
-
-
 def add_routes(app: FastAPI) -> None:
     for prefix in ("/v1", "/fast/v1"):
 
@@ -195,6 +169,6 @@ def add_routes(app: FastAPI) -> None:
         async def list_input_items(rid: str, request: Request) -> Response:
             try:
                 body = await _stored(_store(request), rid)
-                return _json(_page(list(body.get("input_items") or []), request.query_params))
+                return _json(page(list(body.get("input_items") or []), request.query_params, "desc"))
             except APIError as exc:
                 return _error(exc)

@@ -16,12 +16,11 @@ from typing import Any
 
 from .errors import APIError, bad_request
 from .ownership import Caller
+from .pages import page
 from .state import StateBackend
 from .state.objects import StoredObject, objects_of
 
 KIND = "chat.completion"
-MAX_LIMIT = 100
-DEFAULT_LIMIT = 20
 
 
 def not_found(cid: str) -> APIError:
@@ -55,34 +54,6 @@ def store_messages(cid: str, messages: Sequence[Mapping[str, Any]]) -> list[dict
                 msg[key] = m[key]
         out.append(msg)
     return out
-
-
-def page(items: list[dict[str, Any]], params: Mapping[str, str],
-         default_order: str = "asc") -> dict[str, Any]:
-    """OpenAI's cursor page of ``items`` (oldest first): ``order``, ``limit`` (1-100,
-    default 20), ``after`` (an id on the previous page)."""
-    order = params.get("order", default_order)
-    if order not in ("asc", "desc"):
-        raise bad_request("order: must be 'asc' or 'desc'.", param="order")
-    try:
-        limit = int(params.get("limit", DEFAULT_LIMIT))
-    except ValueError:
-        raise bad_request("limit: must be an integer.", param="limit") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise bad_request(f"limit: must be between 1 and {MAX_LIMIT}.", param="limit")
-    ordered = items if order == "asc" else items[::-1]
-    start = 0
-    after = params.get("after")
-    if after:
-        ids = [it["id"] for it in ordered]
-        if after not in ids:
-            raise bad_request(f"after: no item with id '{after}'.", param="after")
-        start = ids.index(after) + 1
-    chunk = ordered[start:start + limit]
-    return {"object": "list", "data": chunk,
-            "first_id": chunk[0]["id"] if chunk else None,
-            "last_id": chunk[-1]["id"] if chunk else None,
-            "has_more": start + limit < len(ordered)}
 
 
 def metadata_filter(params: Mapping[str, str]) -> dict[str, str]:

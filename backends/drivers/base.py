@@ -18,6 +18,8 @@ the time its previous step ended, or, when idle, at the moment work arrives. Onl
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import random
 from abc import ABC, abstractmethod
@@ -300,3 +302,11 @@ class Driver(ABC, Generic[R]):
     @abstractmethod
     def cancel(self, seq: Sequence) -> None:
         """Cancel a request; its slot and KV are free when its replica plans its next step."""
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` (a replica's, the supervisor's, the fleet's) and wait until it ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

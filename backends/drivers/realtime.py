@@ -35,7 +35,7 @@ from ..engine import DeploymentSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
 from ..scheduler import Scheduler, Sequence, StepResult
-from .base import Driver, Replica
+from .base import Driver, Replica, cancel_and_wait
 from .supervisor import FailureCallback, Supervisor
 from .token_stream import TokenStream
 
@@ -124,12 +124,7 @@ class RealtimeReplica(Replica):
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         self.stopped = True  # readers still waiting end instead of hanging
         self.release_readers()
         sched = self.scheduler

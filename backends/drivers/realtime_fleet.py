@@ -23,6 +23,7 @@ from typing import Any
 from ..engine import DeploymentSpec, EngineSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
+from .base import cancel_and_wait
 from .realtime import RealtimeDriver, RealtimeReplica, StepCallback
 from .token_stream import TokenStream
 
@@ -120,12 +121,7 @@ class RealtimeFleet:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         await self.driver.stop()
 
     async def _turns(self) -> None:

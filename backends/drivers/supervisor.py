@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..scheduler import Sequence
-from .base import new_sequence, pick_replica
+from .base import cancel_and_wait, new_sequence, pick_replica
 from .token_stream import TokenStream
 
 if TYPE_CHECKING:
@@ -109,12 +109,7 @@ class Supervisor:
             handle.cancel()
         self._restarts.clear()
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     async def _checks(self) -> None:
         while True:
