@@ -17,8 +17,9 @@ from .base import (
     new_sequence,
     pick_replica,
 )
-from .realtime import RealtimeDeployment, RealtimeDriver, RealtimeReplica, TokenStream
+from .realtime import RealtimeDeployment, RealtimeDriver, RealtimeReplica
 from .realtime_fleet import PoolHandle, RealtimeFleet
+from .token_stream import TokenStream
 from .virtual import Arrival, VirtualDriver
 
 __all__ = [

@@ -19,7 +19,8 @@ from typing import Any
 from ..engine import DeploymentSpec, EngineSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
-from .realtime import RealtimeDriver, RealtimeReplica, StepCallback, TokenStream
+from .realtime import RealtimeDriver, RealtimeReplica, StepCallback
+from .token_stream import TokenStream
 
 
 class _FleetDriver(RealtimeDriver):
