@@ -38,16 +38,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import free_port  # noqa: E402
-from gateway.config import default_config_text  # noqa: E402
+from bench.harness import ROOT, free_port
+from gateway.config import default_config_text
 
 ADMIN = {"authorization": "Bearer soak-admin"}
 CONFIG_EXTRA = """
@@ -77,7 +75,7 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)  # unexpected client exceptions
 
 
-def draw(rng: random.Random) -> dict:
+def draw(rng: random.Random) -> dict[str, Any]:
     r = rng.random()
     api = "chat" if r < 0.4 else "responses" if r < 0.7 else "messages" if r < 0.9 else "ws"
     spark = rng.random() < 0.4
@@ -93,7 +91,7 @@ def draw(rng: random.Random) -> dict:
             "max_tokens": rng.randint(20, 300)}
 
 
-def request_body(d: dict) -> tuple[str, dict]:
+def request_body(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     prefix = "/fast/v1" if d["fast"] else "/v1"
     if d["api"] == "chat":
         body = {"model": d["model"], "messages": USER, "max_tokens": d["max_tokens"],
@@ -109,7 +107,7 @@ def request_body(d: dict) -> tuple[str, dict]:
                                   "max_tokens": d["max_tokens"], "stream": d["stream"]}
 
 
-def usage_of(api: str, obj: dict, out: Outcome) -> None:
+def usage_of(api: str, obj: dict[str, Any], out: Outcome) -> None:
     """Fill the outcome's tokens and cost from a usage object the server sent."""
     if api == "chat":
         out.input_tokens, out.output_tokens = obj["prompt_tokens"], obj["completion_tokens"]
@@ -122,7 +120,7 @@ def usage_of(api: str, obj: dict, out: Outcome) -> None:
     out.cost = obj["cost_usd"]
 
 
-async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outcome:
+async def http_request(client: httpx.AsyncClient, d: dict[str, Any], lag_s: float) -> Outcome:
     path, body = request_body(d)
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     out = Outcome("failed", d["api"])
@@ -184,7 +182,7 @@ async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outc
     return out
 
 
-async def ws_request(url: str, d: dict) -> Outcome:
+async def ws_request(url: str, d: dict[str, Any]) -> Outcome:
     out = Outcome("failed", "ws")
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     ws_url = url.replace("http://", "ws://") + ("/fast/v1" if d["fast"] else "/v1") + "/responses"
@@ -240,7 +238,7 @@ def metric(url: str, name: str) -> float:
     return total
 
 
-async def soak(args: argparse.Namespace) -> dict:
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="fastmode-soak-"))
     lag_s = 5.0
     cfg = tmp / "soak.toml"
@@ -300,9 +298,9 @@ async def soak(args: argparse.Namespace) -> dict:
                   leaked_slots, faults, code, args, tmp)
 
 
-def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
+def report(tally: Tally, rows: list[dict[str, Any]], rss_warm: float, rss_end: float,
            samples: list[tuple[float, float]], leaked_turns: float, leaked_slots: float,
-           faults: float, code: int, args: argparse.Namespace, tmp: Path) -> dict:
+           faults: float, code: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     kinds = Counter(o.kind for o in tally.outcomes)
     by_id = {r["request_id"]: r for r in rows}
     completed = [o for o in tally.outcomes if o.kind == "completed"]

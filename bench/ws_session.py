@@ -25,12 +25,10 @@ import asyncio
 import statistics
 import sys
 import time
+from typing import Any
 
-from harness import ROOT, start_gateway, stop  # noqa: E402
-
-sys.path.insert(0, str(ROOT))
-
-from clients.client import Client  # noqa: E402
+from bench.harness import start_gateway, stop
+from clients.client import Client
 
 TOOL = {
     "type": "function",
@@ -84,7 +82,7 @@ async def session(base: str, model: str, mode: str, turns: int, seed: int) -> tu
     return ttfts, time.perf_counter() - started
 
 
-async def run_cell(base: str, model: str, mode: str, args: argparse.Namespace) -> dict:
+async def run_cell(base: str, model: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     ttfts: list[float] = []
     times: list[float] = []
     for k in range(args.sessions):
@@ -102,7 +100,7 @@ def fmt_ms(s: float) -> str:
 async def main_async(args: argparse.Namespace) -> int:
     servers = [start_gateway("--emulate-rtt-ms", str(r)) for r in args.rtt_ms]
     try:
-        results: dict[tuple[float, str, str], dict] = {}
+        results: dict[tuple[float, str, str], dict[str, Any]] = {}
         for (_, base), rtt in zip(servers, args.rtt_ms, strict=True):
             for tier, (prefix, model) in TIERS.items():
                 # warm the server (first-request costs in the process) before measuring
