@@ -23,10 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.calibrate import (  # noqa: E402
+from backends.calibrate import (
     ErrorStats,
+    Figure,
     Result,
     apply_fits,
     cross_validate,
@@ -41,7 +40,7 @@ from backends.calibrate import (  # noqa: E402
     write_engines,
     write_fits,
 )
-from backends.profiles import Catalog  # noqa: E402
+from backends.profiles import Catalog
 
 DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
 HARDWARE_TOML = DATA / "hardware.toml"
@@ -99,14 +98,14 @@ def main() -> int:
     cv = cross_validate(figures, catalog, engines=engines).results
     wall = time.perf_counter() - t0
 
-    def by_source(f: object) -> str:
-        return f.source  # type: ignore[attr-defined, no-any-return]
+    def by_source(f: Figure) -> str:
+        return f.source
 
-    def by_metric(f: object) -> str:
-        return f.metric  # type: ignore[attr-defined, no-any-return]
+    def by_metric(f: Figure) -> str:
+        return f.metric
 
-    def by_hardware(f: object) -> str:
-        return f.hardware  # type: ignore[attr-defined, no-any-return]
+    def by_hardware(f: Figure) -> str:
+        return f.hardware
 
     total, total_cv = error_stats(insample), error_stats(cv)
     if args.json:

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from harness import (
+
+from bench.harness import (
     ROOT,
     cores,
     cpu_seconds,
@@ -51,9 +52,7 @@ from harness import (
     toml_dumps,
     wait_healthy,
 )
-from stream_client import PROTOCOLS, Proto, capture, stream
-
-sys.path.insert(0, str(ROOT))
+from bench.stream_client import PROTOCOLS, Proto, capture, stream
 
 PY = sys.executable
 PROMPT = "fastmode-bench: stream the scripted reply"
@@ -82,7 +81,7 @@ def bench_config(interval: int, reply: str) -> str:
     return toml_dumps(cfg)
 
 
-def prose(tokens: int) -> str:
+def prose(tokens: int) -> tuple[str, float]:
     """``tokens`` tokens of the mock model's prose, and what generating it costs per token."""
     from backends.mockmodel import GenerationRequest, generate
 
@@ -103,10 +102,11 @@ def prose(tokens: int) -> str:
 def rate_ratio(r: dict[str, Any], interval: int) -> float:
     """Received tokens/s over the modeled rate, after the first 10% of tokens (the start of a
     level is a burst of request parsing: that is TTFT, not streaming rate)."""
-    series, info, n = r["series"], r["info"], r["tokens"]
+    series, info, n = r["series"], r["info"], int(r["tokens"])
     if not info or n < 20 or info.get("completion_time", 0) <= 0 or not series:
         return 0.0
-    cum, marks = 0, []
+    cum = 0
+    marks: list[tuple[float, int]] = []
     for t, events in series:
         cum += events
         marks.append((t, min(cum * interval, n)))
@@ -114,7 +114,7 @@ def rate_ratio(r: dict[str, Any], interval: int) -> float:
     (t0, c0), (t1, c1) = marks[k], marks[-1]
     if t1 <= t0:
         return 0.0
-    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / info["completion_time"])
+    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / float(info["completion_time"]))
 
 
 async def level(port: int, pid: int, proto: Proto, n: int, tokens: int, interval: int,
@@ -240,7 +240,7 @@ def ref_for(args: argparse.Namespace, interval: int) -> int:
     """Where CPU per token is compared: a load one core carries without saturating, so that
     the figure is a cost, not 1/throughput (twice the streams when events carry several
     tokens: per-request work, not events, then fills the core)."""
-    return args.ref * min(interval, 2)
+    return int(args.ref) * min(interval, 2)
 
 
 async def run_interval(args: argparse.Namespace, interval: int, reply: str,

@@ -38,16 +38,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import free_port  # noqa: E402
-from gateway.config import default_config_text  # noqa: E402
+from bench.harness import ROOT, free_port
+from bench.soak_watch import FROZEN_AFTER_S, log_findings, metric, watch_replicas
+from gateway.config import default_config_text
 
 ADMIN = {"authorization": "Bearer soak-admin"}
 CONFIG_EXTRA = """
@@ -59,7 +58,6 @@ FAULTS = ["429", "500", "503", "529", "cut;after=5", "malformed;after=3",
           "error-event;after=4", "stall;after=2;s=0.5"]
 USER = [{"role": "user", "content": "Explain continuous batching in two paragraphs."}]
 READ_TIMEOUT_S = 60.0  # a request that gets no byte for this long is counted as hung
-FROZEN_AFTER_S = 30.0  # a replica with work whose step count stood still this long: frozen
 
 
 @dataclass
@@ -80,7 +78,7 @@ class Tally:
     hung: Counter[str] = field(default_factory=Counter)  # no byte for READ_TIMEOUT_S, by API
 
 
-def draw(rng: random.Random, disconnects: float = 0.05, faults: float = 0.06) -> dict:
+def draw(rng: random.Random, disconnects: float = 0.05, faults: float = 0.06) -> dict[str, Any]:
     r = rng.random()
     api = "chat" if r < 0.4 else "responses" if r < 0.7 else "messages" if r < 0.9 else "ws"
     spark = rng.random() < 0.4
@@ -97,7 +95,7 @@ def draw(rng: random.Random, disconnects: float = 0.05, faults: float = 0.06) ->
             "max_tokens": rng.randint(20, 300)}
 
 
-def request_body(d: dict) -> tuple[str, dict]:
+def request_body(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     prefix = "/fast/v1" if d["fast"] else "/v1"
     if d["api"] == "chat":
         body = {"model": d["model"], "messages": USER, "max_tokens": d["max_tokens"],
@@ -113,7 +111,7 @@ def request_body(d: dict) -> tuple[str, dict]:
                                   "max_tokens": d["max_tokens"], "stream": d["stream"]}
 
 
-def usage_of(api: str, obj: dict, out: Outcome) -> None:
+def usage_of(api: str, obj: dict[str, Any], out: Outcome) -> None:
     """Fill the outcome's tokens and cost from a usage object the server sent."""
     if api == "chat":
         out.input_tokens, out.output_tokens = obj["prompt_tokens"], obj["completion_tokens"]
@@ -126,7 +124,7 @@ def usage_of(api: str, obj: dict, out: Outcome) -> None:
     out.cost = obj["cost_usd"]
 
 
-async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outcome:
+async def http_request(client: httpx.AsyncClient, d: dict[str, Any], lag_s: float) -> Outcome:
     path, body = request_body(d)
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     out = Outcome("failed", d["api"])
@@ -188,7 +186,7 @@ async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outc
     return out
 
 
-async def ws_request(url: str, d: dict) -> Outcome:
+async def ws_request(url: str, d: dict[str, Any]) -> Outcome:
     out = Outcome("failed", "ws")
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     ws_url = url.replace("http://", "ws://") + ("/fast/v1" if d["fast"] else "/v1") + "/responses"
@@ -239,73 +237,7 @@ async def client_loop(i: int, url: str, deadline: float, tally: Tally, args: arg
             tally.outcomes.append(out)
 
 
-def replica_series(text: str) -> dict[str, dict[str, float]]:
-    """Per replica (its ``replica`` label): running, waiting and steps from /metrics."""
-    out: dict[str, dict[str, float]] = {}
-    for line in text.splitlines():
-        m = re.match(r'fastmode_replica_(running|waiting|steps_total)\{(.*?)\} (\S+)$', line)
-        if m:
-            name = re.search(r'replica="([^"]*)"', m.group(2))
-            if name:
-                out.setdefault(name.group(1), {})[m.group(1)] = float(m.group(3))
-    return out
-
-
-async def watch_replicas(url: str, until: float, frozen: dict[str, float],
-                         unready: Counter[str]) -> None:
-    """Every 5 s: a replica with work whose step count (or, on a server without the steps
-    counter, whose running and waiting counts) stood still ``FROZEN_AFTER_S`` is frozen
-    (``frozen``: name -> the longest time seen); /readyz's unhealthy replicas are counted."""
-    still: dict[str, tuple[tuple[float, ...], float]] = {}
-    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
-        while time.monotonic() < until:
-            await asyncio.sleep(5)
-            try:
-                series = replica_series((await client.get("/metrics")).text)
-                ready = (await client.get("/readyz")).json()
-            except (httpx.HTTPError, ValueError):
-                continue
-            for name in ready.get("unhealthy_replicas", {}):
-                unready[name] += 1
-            now = time.monotonic()
-            for name, v in series.items():
-                work = v.get("running", 0) + v.get("waiting", 0)
-                key = ((v["steps_total"],) if "steps_total" in v
-                       else (v.get("running", 0), v.get("waiting", 0)))
-                seen = still.get(name)
-                if not work or seen is None or seen[0] != key:
-                    still[name] = (key, now)
-                elif now - seen[1] >= FROZEN_AFTER_S:
-                    frozen[name] = max(frozen.get(name, 0.0), now - seen[1])
-
-
-def log_findings(path: Path) -> Counter[str]:
-    """Tracebacks in the server log, by their last line, and the supervisor's lines."""
-    found: Counter[str] = Counter()
-    lines = path.read_text(errors="replace").splitlines()
-    for i, line in enumerate(lines):
-        if "stream listener failed" in line:
-            found["log: stream listener failed"] += 1
-        if "replica " in line and ("failed" in line or "stalled" in line):
-            found["log: " + re.sub(r"replica \S+", "replica *", line.split(" - ")[-1])[:90]] += 1
-        if line.startswith("Traceback"):
-            j = i + 1
-            while j < len(lines) and (lines[j].startswith(" ") or not lines[j].strip()):
-                j += 1
-            if j < len(lines):
-                found["traceback: " + lines[j][:90]] += 1
-    return found
-
-
-def metric(url: str, name: str) -> float:
-    total = 0.0
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-async def soak(args: argparse.Namespace) -> dict:
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="fastmode-soak-"))
     lag_s = 5.0
     cfg = tmp / "soak.toml"
@@ -372,10 +304,10 @@ async def soak(args: argparse.Namespace) -> dict:
                   leaked_slots, faults, code, args, tmp, health)
 
 
-def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
+def report(tally: Tally, rows: list[dict[str, Any]], rss_warm: float, rss_end: float,
            samples: list[tuple[float, float]], leaked_turns: float, leaked_slots: float,
            faults: float, code: int, args: argparse.Namespace, tmp: Path,
-           health: dict) -> dict:
+           health: dict[str, Any]) -> dict[str, Any]:
     kinds = Counter(o.kind for o in tally.outcomes)
     by_id = {r["request_id"]: r for r in rows}
     completed = [o for o in tally.outcomes if o.kind == "completed"]

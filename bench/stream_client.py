@@ -36,8 +36,8 @@ class Proto:
 
 
 def _chat_final(events: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
-    info = next((e["time_info"] for e in events if "time_info" in e), {})
-    usage = next((e["usage"] for e in events if e.get("usage")), {})
+    info: dict[str, Any] = next((e["time_info"] for e in events if "time_info" in e), {})
+    usage: dict[str, Any] = next((e["usage"] for e in events if e.get("usage")), {})
     return info, usage.get("completion_tokens", 0)
 
 

@@ -36,12 +36,10 @@ import asyncio
 import statistics
 import sys
 import time
+from typing import Any
 
-from harness import ROOT, cpu_seconds, start_gateway, stop  # noqa: E402
-
-sys.path.insert(0, str(ROOT))
-
-from clients.client import Client  # noqa: E402
+from bench.harness import cpu_seconds, start_gateway, stop
+from clients.client import Client
 
 TOOL = {
     "type": "function",
@@ -73,7 +71,7 @@ def client_for(mode: str, base: str) -> Client:
     return Client(base, transport="http", api="responses", keepalive=mode == "keepalive-http")
 
 
-def engine_ttft(time_info: dict | None) -> float | None:
+def engine_ttft(time_info: dict[str, float] | None) -> float | None:
     """The engine's part of a turn's TTFT: its queue wait (without the emulated network time
     the gateway charged first) and its prefill."""
     if not time_info:
@@ -114,7 +112,7 @@ async def session(base: str, model: str, extra: dict[str, str], mode: str, turns
     return ttfts, overheads, time.perf_counter() - started
 
 
-async def run_cell(base: str, tier: str, mode: str, args: argparse.Namespace) -> dict:
+async def run_cell(base: str, tier: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     _, model, extra = TIERS[tier]
     ttfts: list[float] = []
     overheads: list[float] = []
@@ -151,7 +149,7 @@ def fmt_ms(s: float) -> str:
 async def main_async(args: argparse.Namespace) -> int:
     servers = [start_gateway("--emulate-rtt-ms", str(r)) for r in args.rtt_ms]
     try:
-        results: dict[tuple[float, str, str], dict] = {}
+        results: dict[tuple[float, str, str], dict[str, Any]] = {}
         for (_, base), rtt in zip(servers, args.rtt_ms, strict=True):
             for tier in args.tiers:
                 prefix, model, extra = TIERS[tier]

@@ -34,7 +34,7 @@ class UsageError(ValueError):
     """Bad flags: ``fastmode bench: error: ...`` and exit status 2 (see ``commands``)."""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
         help="load-test a server per tier: TTFT, tokens/s, goodput, cost (table, JSON, plots)",

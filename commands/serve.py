@@ -21,7 +21,7 @@ class UsageError(Exception):
     """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the gateway (HTTP + websocket) on the config's tiers")
     p.add_argument("--host", help="bind address (default: config server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")

@@ -97,6 +97,7 @@ def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
 
+CLOSE_WAIT_S = 5.0  # close(): how long the round under way may take to end
 # the waits (seconds) before asking Redis again for a response not there yet (get_response)
 RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
 
@@ -117,6 +118,7 @@ class RedisState(StateBackend):
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._responses: list[StoredResponse] = []
         self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_lock = asyncio.Lock()
         self.rows_written = 0
@@ -140,10 +142,17 @@ class RedisState(StateBackend):
                        asyncio.create_task(self._response_writer(), name="fastmode-responses")]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # the background tasks end after the round under way, never cancelled inside a Redis
+        # command: redis-py then waits on that connection until the server drops it, and
+        # close() with it (cancelling stays the last resort, for a Redis that stopped answering)
+        self._closing.set()
+        self._wake.set()
+        if self._tasks:
+            _, late = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
+            for task in late:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._tasks = []
         if self.link.opened:
             try:

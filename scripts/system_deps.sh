@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The programs the test suites run that pip cannot install, from Debian's packages when missing:
+#   test:         redis-server (tests/gateway/test_redis_state.py), chromium + chromium-driver
+#                 (tests/gateway/test_dashboard.py drives Debian's Chromium with selenium;
+#                 nothing downloads a browser)
+#   integration:  redis-server (the compose topology's redis service, scripts/integration.py),
+#                 and docker-compose when it can be had (scripts/check_compose.py then runs
+#                 `docker-compose config -q`; without it the check is structural only)
+# `make test` and `make test-integration` run this first, so a fresh machine needs nothing by
+# hand. Whatever is already on the PATH is left alone; a required program that cannot be
+# installed stops the run here, with its name, rather than as skipped or failing tests later.
+set -euo pipefail
+
+progs=()  # required programs that are missing
+want=()   # their Debian packages
+extra=()  # Debian packages to install if possible
+missing() { ! command -v "$1" >/dev/null 2>&1; }
+need() { missing "$1" && progs+=("$1") && want+=("$2"); return 0; }
+
+for group in "${@:-test}"; do
+  case "$group" in
+    test)
+      need redis-server redis-server
+      need chromium chromium
+      need chromedriver chromium-driver
+      ;;
+    integration)
+      need redis-server redis-server
+      missing docker-compose && extra+=(docker-compose)
+      ;;
+    *)
+      echo "system_deps.sh: unknown group '$group' (test, integration)" >&2
+      exit 2
+      ;;
+  esac
+done
+[ ${#want[@]} -eq 0 ] && [ ${#extra[@]} -eq 0 ] && exit 0
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo=(sudo); fi
+fi
+if ! command -v apt-get >/dev/null 2>&1 || { [ "$(id -u)" -ne 0 ] && [ ${#sudo[@]} -eq 0 ]; }; then
+  if [ ${#want[@]} -gt 0 ]; then
+    echo "system_deps.sh: missing ${want[*]}: install them (Debian: apt-get install ${want[*]})" >&2
+    exit 1
+  fi
+  echo "note: ${extra[*]} not installed (no apt-get as root here); its checks are reduced" >&2
+  exit 0
+fi
+
+echo "installing from Debian's packages: ${want[*]} ${extra[*]}" >&2
+"${sudo[@]}" apt-get update -qq
+export DEBIAN_FRONTEND=noninteractive
+if [ ${#want[@]} -gt 0 ]; then
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${want[@]}" >/dev/null
+fi
+if [ ${#extra[@]} -gt 0 ]; then
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${extra[@]}" >/dev/null \
+    || echo "note: could not install ${extra[*]}; its checks are reduced" >&2
+fi
+for prog in "${progs[@]}"; do
+  if missing "$prog"; then
+    echo "system_deps.sh: $prog is still missing after apt-get install" >&2
+    exit 1
+  fi
+done
