@@ -163,8 +163,11 @@ class RedisState(StateBackend):
         await self.link.aclose()
 
     async def _background(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_interval_s)
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):  # a flush round every flush_interval_s
+                await asyncio.wait_for(self._closing.wait(), self.flush_interval_s)
+            if self._closing.is_set():
+                return  # close() writes what is left
             if not self.health.up and not await self.link.probe():
                 continue  # still away: rows and responses stay buffered
             with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
@@ -273,9 +276,11 @@ class RedisState(StateBackend):
         """Writes stored responses as they come, every pending one in one pipeline: one
         connection and about one round trip of delay, however many turns end at once. What
         fails waits for the background task's next flush (after Redis is back)."""
-        while True:
+        while not self._closing.is_set():
             await self._wake.wait()
             self._wake.clear()
+            if self._closing.is_set():
+                return  # close() writes what is left
             with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
                 await self._write_responses()
 
