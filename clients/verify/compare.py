@@ -21,25 +21,38 @@ from .truth import Truth
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 
 
-def percentile(xs: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default, what most tools use)."""
+def percentile(xs: list[float], q: float, method: str = "linear") -> float | None:
+    """``linear``: interpolation between closest ranks (numpy's default: aiperf, vLLM, our
+    bench); ``nearest``: the value at rank ceil(q·n) (guidellm). On a few samples the two differ
+    by a whole gap, so the server's figure is computed the tool's way."""
     if not xs:
         return None
     s = sorted(xs)
+    if method == "nearest":
+        return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
     k = (len(s) - 1) * q / 100
     lo, hi = math.floor(k), math.ceil(k)
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def summarize(xs: list[float]) -> dict[str, float]:
+    return _summarize(xs)
+
+
+def _summarize(xs: list[float], method: str = "linear") -> dict[str, float]:
     if not xs:
         return {}
-    out = {f"p{q}": percentile(xs, q) for q in (50, 90, 99)}
+    out = {f"p{q}": percentile(xs, q, method) for q in (50, 90, 99)}
     return {**{k: v for k, v in out.items() if v is not None}, "mean": statistics.fmean(xs)}
 
 
-def server_metrics(truths: list[Truth]) -> dict[str, dict[str, dict[str, float]]]:
+def server_metrics(truths: list[Truth], method: str = "linear"
+                   ) -> dict[str, dict[str, dict[str, float]]]:
     """{metric: {variant: stats}}; the variant ``right`` is the one a tool should report."""
+
+    def summarize(xs: list[float]) -> dict[str, float]:
+        return _summarize(xs, method)
+
     ttft = [t.ttft for t in truths if t.ttft is not None]
     tpot = [t.tpot for t in truths if t.tpot is not None]
     by_n = [t.tpot_by_n for t in truths if t.tpot_by_n is not None]
@@ -98,11 +111,13 @@ def _close(a: float, b: float, rel: float, abs_s: float) -> bool:
 
 
 def join(run: ToolRun, truths: list[Truth]) -> tuple[list[Truth], list[tuple[ToolRequest, Truth]]]:
-    """The traces of the tool's requests (by the id it sent) and the joined pairs; all the
-    traces if the tool exports no ids that the server saw."""
+    """The traces of the tool's requests (by the id it sent, ``x-request-id``, or the id of the
+    body it got) and the joined pairs; all the traces if the tool exports no id the server
+    knows."""
     by_id = {t.client_request_id: t for t in truths if t.client_request_id}
-    pairs = [(r, by_id[r.request_id]) for r in run.requests
-             if r.request_id and r.request_id in by_id]
+    by_id.update({t.response_id: t for t in truths if t.response_id})
+    pairs = [(r, by_id[key]) for r in run.requests
+             for key in [r.request_id if r.request_id in by_id else r.response_id] if key in by_id]
     if pairs:
         return [t for _, t in pairs], pairs
     return truths, []
@@ -114,7 +129,7 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
     mine, pairs = join(run, truths)
     v = Verdict(run.tool, run.source, len(run.requests), len(truths), len(pairs),
                 findings=list(run.notes))
-    server = server_metrics(mine)
+    server = server_metrics(mine, run.percentiles)
     _tool_counts(server, pairs, mine)
     for metric, stats in run.metrics.items():
         variants = server.get(metric)
@@ -151,7 +166,7 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
     per = [(t.last_token - t.first_token) / (n - 1) for n, t in counted]  # type: ignore[operator]
     for metric in ("itl", "tpot"):
         if metric in server:
-            server[metric][name] = summarize(per)
+            server[metric][name] = _summarize(per)
     span = max(t.last_byte for t in mine) - min(t.arrival for t in mine)
     if span > 0 and "output_tps" in server:
         server["output_tps"]["the tool's token counts"] = {

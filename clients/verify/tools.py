@@ -35,6 +35,7 @@ class ToolRequest:
     e2e: float | None = None
     itl: float | None = None  # the tool's per-request ITL (its mean)
     output_tokens: int | None = None
+    response_id: str | None = None  # the id in the response body, if the tool keeps it
 
 
 @dataclass
@@ -44,6 +45,7 @@ class ToolRun:
     metrics: dict[str, Stats] = field(default_factory=dict)
     requests: list[ToolRequest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the file says about how it measured
+    percentiles: str = "linear"  # how the tool computes them (``compare.percentile``)
 
 
 def _scaled(d: dict[str, Any] | None, keys: dict[str, str], scale: float = 1.0) -> Stats:

@@ -24,7 +24,7 @@ def _dist(d: dict[str, Any] | None, scale: float) -> dict[str, float]:
 
 
 def read_guidellm(path: Path, doc: dict[str, Any], index: int = 0) -> ToolRun:
-    run = ToolRun("guidellm", str(path))
+    run = ToolRun("guidellm", str(path), percentiles="nearest")
     bench = doc["benchmarks"][index]
     metrics = bench.get("metrics", {})
     for ours, theirs in _GUIDELLM.items():
@@ -39,18 +39,14 @@ def read_guidellm(path: Path, doc: dict[str, Any], index: int = 0) -> ToolRun:
         if "mean" in stats:
             run.metrics[ours] = {"value": stats["mean"]}
     reqs = (bench.get("requests") or {}).get("successful") or []
-    for r in reqs:
-        info = r.get("info") or r.get("request_info") or {}
-        timings = info.get("timings") or {}
-        start = timings.get("request_start") or r.get("request_start_time")
-        first = timings.get("first_iteration") or r.get("first_token_time")
-        end = timings.get("request_end") or r.get("request_end_time")
-        out = r.get("output_metrics", {}).get("text_tokens") or r.get("output_tokens")
+    for r in reqs:  # guidellm 0.8: each request's stats, with the body's id (response_id)
+        ttft, itl, out = (r.get("time_to_first_token_ms"), r.get("inter_token_latency_ms"),
+                          r.get("output_tokens"))
         run.requests.append(ToolRequest(
-            r.get("request_id"), start,
-            first - start if isinstance(first, int | float) and start else None,
-            end - start if isinstance(end, int | float) and start else None,
-            None, int(out) if isinstance(out, int | float) else None))
+            r.get("request_id"), r.get("request_start_time"),
+            ttft / 1000 if isinstance(ttft, int | float) else None, r.get("request_latency"),
+            itl / 1000 if isinstance(itl, int | float) else None,
+            int(out) if isinstance(out, int | float) else None, r.get("response_id")))
     return run
 
 

@@ -142,3 +142,19 @@ def test_an_unknown_file_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
     bad.write_text('{"hello": 1}')
     assert main(["verify", str(bad), "--traces", str(_traces(tmp_path))]) == 2
+
+
+def test_a_recorded_guidellm_run() -> None:
+    """guidellm 0.8.1 at concurrency 1: joined by the response id it keeps; its percentiles
+    are nearest-rank, so the server's are computed that way; its ITL is the per-request mean
+    (repeated per token), which its tail shows; throughput and TPOT agree."""
+    truths = load(str(FIX / "guidellm" / "traces.jsonl"))
+    run = read(str(FIX / "guidellm" / "benchmarks.json"))
+    assert run.tool == "guidellm" and run.percentiles == "nearest"
+    v = compare(run, truths)
+    assert v.joined == 8
+    rows = {(r.metric, r.stat): r for r in v.rows}
+    for key in (("output_tps", "value"), ("request_tps", "value"), ("tpot", "p90"),
+                ("e2e", "p90"), ("itl", "mean")):
+        assert rows[key].ok, rows[key]
+    assert rows[("itl", "p99")].why == "matches the server's per-request means (TPOT)"
