@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -66,4 +68,25 @@ def read_inference_perf(path: Path, doc: dict[str, Any]) -> ToolRun:
         run.metrics["output_tps"] = {"value": float(tput["output_tokens_per_sec"])}
     if isinstance(tput.get("requests_per_sec"), int | float):
         run.metrics["request_tps"] = {"value": float(tput["requests_per_sec"])}
+    per = path.parent / "per_request_lifecycle_metrics.json"
+    if per.exists():  # report.request_lifecycle.per_request: true
+        run.requests = [_ip_request(r) for r in json.loads(per.read_text())
+                        if not r.get("error")]
     return run
+
+
+_ID = re.compile(r'"id":\s*"([^"]+)"')
+
+
+def _ip_request(r: dict[str, Any]) -> ToolRequest:
+    """One of inference-perf's per-request records: its clock is monotonic (no Unix start);
+    the body's id is read from the response it kept, the output tokens are its own count."""
+    found = _ID.search(r.get("response") or "")
+    info = r.get("info") or {}
+    out = (info.get("response_metrics") or {}).get("output_tokens")
+    start, end = r.get("start_time"), r.get("end_time")
+    return ToolRequest(None, None, None,
+                       end - start if isinstance(start, int | float)
+                       and isinstance(end, int | float) else None,
+                       None, int(out) if isinstance(out, int | float) else None,
+                       found.group(1) if found else None)

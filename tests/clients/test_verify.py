@@ -158,3 +158,18 @@ def test_a_recorded_guidellm_run() -> None:
                 ("e2e", "p90"), ("itl", "mean")):
         assert rows[key].ok, rows[key]
     assert rows[("itl", "p99")].why == "matches the server's per-request means (TPOT)"
+
+
+def test_a_recorded_inference_perf_run() -> None:
+    """inference-perf 0.7 (Completions, concurrency 1): joined by the id in the response it
+    kept; it counts output tokens with its tokenizer, so its TPOT and tok/s follow its count."""
+    base = FIX / "inference-perf"
+    run = read(str(base / "summary_lifecycle_metrics.json"))
+    assert run.tool == "inference-perf"
+    v = compare(run, load(str(base / "traces.jsonl")))
+    assert v.joined == 8
+    rows = {(r.metric, r.stat): r for r in v.rows}
+    assert rows[("request_tps", "value")].ok
+    assert rows[("tpot", "mean")].why == ("matches the server's per request, with the tool's "
+                                          "token counts")
+    assert rows[("output_tps", "value")].why == "matches the server's the tool's token counts"
