@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tier", help="fastmode bench: compare this tier's row (default: overall)")
     p.add_argument("--rel", type=float, default=2.0, help="tolerance, %% (default 2)")
     p.add_argument("--abs-ms", type=float, default=1.0,
-                   help="latency tolerance floor, ms (default 1)")
+                   help="TTFT and E2E tolerance floor, ms (ITL, TPOT: a tenth; default 1)")
     p.add_argument("--json", metavar="FILE", help="write the verdict as JSON ('-': stdout)")
     p.set_defaults(func=run)
 

@@ -38,7 +38,7 @@ class ServerConfig(Strict):
     # ground truth per request (gateway.tracing): every request (else: x-fastmode-trace: 1),
     # the last N kept in memory, and a JSONL file each finished trace is appended to
     trace_all: bool = False
-    trace_keep: int = Field(10000, ge=1)
+    trace_keep: int = Field(1000, ge=1)  # ~120 bytes per event kept
     trace_file: str = ""
     shutdown_grace_s: float = Field(30.0, ge=0)  # SIGTERM: in-flight streams get this long
     # kernel send buffer per connection (SO_SNDBUF; 0 = the kernel's autotuning): bounds what a

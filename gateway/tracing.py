@@ -121,7 +121,7 @@ class Trace:
 class Traces:
     """The ring of finished traces (and the optional JSONL file they are appended to)."""
 
-    def __init__(self, trace_all: bool = False, keep: int = 10000, path: str = "") -> None:
+    def __init__(self, trace_all: bool = False, keep: int = 1000, path: str = "") -> None:
         self.trace_all = trace_all
         self.ring: deque[Trace] = deque(maxlen=max(1, keep))
         self.path = path

@@ -9,6 +9,7 @@ the *wrong* variants a tool may compute instead, so ``compare`` can say which on
 * ITL: every gap between token events divided by the tokens of the later event (``itl``, one
   value per token); per event (``itl_event``: a tool that divides by events, not tokens);
 * TPOT: ``(last token − first token) / (tokens − 1)``; ``(e2e − ttft) / tokens`` (divides by N);
+  ``(last token − arrival) / tokens`` (guidellm's: the first token's wait included);
 * E2E: arrival to the last byte.
 """
 

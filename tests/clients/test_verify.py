@@ -173,3 +173,12 @@ def test_a_recorded_inference_perf_run() -> None:
     assert rows[("tpot", "mean")].why == ("matches the server's per request, with the tool's "
                                           "token counts")
     assert rows[("output_tps", "value")].why == "matches the server's the tool's token counts"
+
+
+def test_a_tpot_with_the_first_token_wait_is_named(tmp_path: Path) -> None:
+    """guidellm's TPOT: (last token − start) / N; here (100 ms) / 10 tokens."""
+    truths = load(str(_traces(tmp_path)))
+    v = compare(read(str(_vllm(tmp_path, tpot=10.0))), truths)
+    [row] = [r for r in v.rows if (r.metric, r.stat) == ("tpot", "mean")]
+    assert not row.ok
+    assert row.why == "matches the server's (last token - arrival) / N, TTFT included"
