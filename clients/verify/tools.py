@@ -171,7 +171,7 @@ def detect(doc: Any, path: Path) -> str:
         return "fastmode"
     if isinstance(doc, dict) and "benchmarks" in doc:
         return "guidellm"
-    if isinstance(doc, dict) and "median_ttft_ms" in doc:
+    if isinstance(doc, dict) and any(k.startswith("median_") and k.endswith("_ms") for k in doc):
         return "vllm"
     if isinstance(doc, dict) and ("successes" in doc or "load_summary" in doc):
         return "inference-perf"
