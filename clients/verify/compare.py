@@ -174,7 +174,7 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
             server[metric][name] = _summarize(per)
     span = max(t.last_byte for t in mine) - min(t.arrival for t in mine)
     if span > 0 and "output_tps" in server:
-        server["output_tps"]["the tool's token counts"] = {
+        server["output_tps"]["output tokens as the tool counted them"] = {
             "value": sum(n for n, _ in counted) / span}
 
 

@@ -172,7 +172,8 @@ def test_a_recorded_inference_perf_run() -> None:
     assert rows[("request_tps", "value")].ok
     assert rows[("tpot", "mean")].why == ("matches the server's per request, with the tool's "
                                           "token counts")
-    assert rows[("output_tps", "value")].why == "matches the server's the tool's token counts"
+    assert rows[("output_tps", "value")].why == ("matches the server's output tokens as the "
+                                                 "tool counted them")
 
 
 def test_a_tpot_with_the_first_token_wait_is_named(tmp_path: Path) -> None:
