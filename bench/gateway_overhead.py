@@ -60,7 +60,7 @@ INTERVALS = [1, 8]
 LEVEL_TIMEOUT_S = 180.0
 
 
-def bench_config(interval: int, reply: str) -> str:
+def bench_config(interval: int, reply: str, trace: bool = False) -> str:
     """The built-in config with room for thousands of spark streams, so that the gateway, not
     the modeled engine, is what saturates; ``stream_interval`` on the spark tier. One spark
     replica: the bare app paces every stream with one timer, and so does one replica (each
@@ -77,6 +77,8 @@ def bench_config(interval: int, reply: str) -> str:
         cfg["tiers"]["spark"]["stream_interval"] = interval
     server = cfg.setdefault("server", {})
     server.update(ws_max_connections=100_000, ws_max_connections_per_key=100_000)
+    if trace:  # every request's ground truth recorded (gateway.tracing): its cost on the path
+        server.update(trace_all=True)
     cfg["scripts"] = [{"match": "^fastmode-bench:", "reply": reply}]
     return toml_dumps(cfg)
 
@@ -248,7 +250,7 @@ async def run_interval(args: argparse.Namespace, interval: int, reply: str,
     """fastmode with ``stream_interval`` = interval, and the bare app replaying its streams."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "bench.toml"
-        cfg.write_text(bench_config(interval, reply))
+        cfg.write_text(bench_config(interval, reply, args.trace))
         port = free_port()
         procs = [start_pinned([PY, "-m", "commands", "serve", "--port", str(port), "--config",
                                str(cfg), "--ledger", str(Path(tmp) / "ledger.sqlite3"),
@@ -306,6 +308,8 @@ def table(results: dict[Any, Any], args: argparse.Namespace) -> list[str]:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter streams, fewer levels")
+    ap.add_argument("--trace", action="store_true",
+                    help="the server records every request's trace (serve --trace)")
     ap.add_argument("--tokens", type=int, default=None, help="tokens per stream")
     ap.add_argument("--ref", type=int, default=None,
                     help="streams at which CPU per token is compared")

@@ -27,6 +27,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
+    p.add_argument("--trace", action="store_true", default=None,
+                   help="record every request's ground truth (GET /v1/fastmode/traces; "
+                        "without it, only requests with x-fastmode-trace: 1)")
+    p.add_argument("--trace-file", help="also append each finished trace to this JSONL file")
     p.add_argument("--ledger", help="usage ledger / state file (SQLite; default: config "
                    "[state] path, fastmode-ledger.sqlite3 in the working directory)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
@@ -68,6 +72,10 @@ def configure(args: argparse.Namespace) -> Config:
         updates["port"] = args.port
     if args.emulate_rtt_ms is not None:
         updates["emulate_rtt_ms"] = args.emulate_rtt_ms
+    if getattr(args, "trace", None):
+        updates["trace_all"] = True
+    if getattr(args, "trace_file", None):
+        updates["trace_file"] = args.trace_file
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
         state = config.state

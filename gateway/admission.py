@@ -37,6 +37,7 @@ from .routing import Router, busy
 from .settlement import settle
 from .state import StateBackend, UsageRow, open_state
 from .tickets import Admission, Refused, Ticket
+from .tracing import Traces
 
 
 class InFlight(Protocol):
@@ -68,6 +69,8 @@ class Gateway:
         self.draining = False  # graceful shutdown began: new requests are refused
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose
         self.turns: set[InFlight] = set()  # turns in flight
+        server = config.server  # ground truth per request (gateway.tracing)
+        self.traces = Traces(server.trace_all, server.trace_keep, server.trace_file)
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 

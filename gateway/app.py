@@ -30,6 +30,7 @@ from . import (
     protocols,
     replica_health,
     responses_api,
+    traces_api,
     vllm_metrics,
 )
 from .admission import Gateway
@@ -168,6 +169,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens
         count_tokens.CountTokensRequest, bodies, gateway.models))
     add_stored_chat_routes(app)  # stored Chat Completions: GET/POST/DELETE .../{id}, list
+    traces_api.add_routes(app)  # GET /v1/fastmode/traces: ground truth per request (JSONL)
     return app
 
 

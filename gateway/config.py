@@ -35,6 +35,11 @@ class ServerConfig(Strict):
     default_max_tokens: int = Field(4096, gt=0)
     max_queue_wait_s: float = Field(20.0, gt=0)  # modeled queue wait beyond which: overload
     stream_max_lag_s: float = Field(30.0, gt=0)  # a reader further behind is cut
+    # ground truth per request (gateway.tracing): every request (else: x-fastmode-trace: 1),
+    # the last N kept in memory, and a JSONL file each finished trace is appended to
+    trace_all: bool = False
+    trace_keep: int = Field(1000, ge=1)  # ~120 bytes per event kept
+    trace_file: str = ""
     shutdown_grace_s: float = Field(30.0, ge=0)  # SIGTERM: in-flight streams get this long
     # kernel send buffer per connection (SO_SNDBUF; 0 = the kernel's autotuning): bounds what a
     # stalled reader can park in the kernel, so the watchdog sees it stop within seconds

@@ -33,9 +33,12 @@ import logging
 import types
 from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any, Protocol
 
 from backends.drivers.token_stream import TokenStream
+
+from .tracing import Trace
 
 
 class Pusher(Protocol):
@@ -45,6 +48,7 @@ class Pusher(Protocol):
     request_id: str
     paused: float  # seconds an injected stall held the stream (not the reader's lag)
     writing_since: float  # loop time the pending write began (0: none): the watchdog reads it
+    trace: Trace | None  # the request's ground truth, if traced (gateway.tracing)
 
     def lagged(self, lag: float, max_lag: float) -> None: ...
 
@@ -167,6 +171,7 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
     clock = loop.time
     done = _Done(loop, stream)
     replica = stream.replica
+    trace = turn.trace
 
     sender = new_sender()
     run = sender.send
@@ -190,6 +195,8 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
                     turn.lagged(replica.late - turn.paused, max_lag)
                     return end(None)
                 send = push(start, n)  # (an encoder's failure raises here: the turn's own)
+                if trace is not None:  # handed to the transport now, from the step
+                    trace.event(stream.due_at(start, n), monotonic(), n)
                 try:
                     waiting = run(send)  # run it now: it returns while the socket takes
                 except Exception as exc:  # the transport's error, for the transport

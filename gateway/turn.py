@@ -22,6 +22,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from time import monotonic
 from typing import Any
 
 from backends.drivers import TokenStream
@@ -39,6 +40,7 @@ from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .state import CUT, FAILED
 from .tickets import ClientGone
+from .tracing import Trace
 
 log = logging.getLogger("fastmode.turn")
 
@@ -65,7 +67,8 @@ class Turn:
     """One turn of one protocol, from a validated request to its last event."""
 
     def __init__(self, gateway: Gateway, protocol: Protocol, req: Any, ctx: RequestContext,
-                 transport: str = "http", request_id: str | None = None):
+                 transport: str = "http", request_id: str | None = None,
+                 arrived: float | None = None):
         self.gateway = gateway
         self.protocol = protocol
         self.req = req
@@ -73,6 +76,9 @@ class Turn:
         self.transport = transport
         self.request_id = request_id or new_id("req")
         self.request: TurnRequest = protocol.translate(req, ctx)
+        # ground truth of this request's timeline, if traced (gateway.tracing)
+        self.trace: Trace | None = gateway.traces.begin(
+            ctx.headers, self.request_id, protocol.name, transport, arrived)
         self.job: Job | None = None
         self.encoder: Encoder | None = None
         self.opened = False  # the opening events went out
@@ -117,6 +123,8 @@ class Turn:
         job.protocol, job.transport = self.protocol.name, self.transport
         job.fault = self.fault.kind if self.fault else None
         gw.turns.add(self)
+        if self.trace is not None:
+            self.trace.admitted(job)
         return job
 
     async def _before_admission(self, decision: Decision, fault: Fault,
@@ -174,6 +182,8 @@ class Turn:
         job = self.job
         assert job is not None
         if not job.settled:
+            if self.trace is not None:
+                self.trace.status = status
             if detail is not None:
                 job.detail = detail
             self.gateway.settle(job, status, ended)
@@ -237,6 +247,7 @@ class Turn:
         max_lag = self.gateway.config.server.stream_max_lag_s
         stream = job.stream
         enc.interval = interval = stream.interval  # the tier's stream_interval
+        trace = self.trace  # None unless traced: one compare per event (gateway.tracing)
         try:
             self.opened = True
             opening = frame(enc.opening())
@@ -244,6 +255,8 @@ class Turn:
                 pending = opening
             else:
                 pending = None
+                if trace is not None:
+                    trace.event(None, monotonic(), 0)
                 yield opening
             take, ready = stream.take, stream.ready
             engine = stream if isinstance(stream, TokenStream) else None
@@ -271,23 +284,34 @@ class Turn:
                         self.lagged(lag, max_lag)
                         break
                 if pending is not None:
+                    if trace is not None:
+                        trace.event(None, monotonic(), 0)
                     yield pending
                     pending = None
                 fault = self.stream_fault
                 if fault is None or start + n < fault.after:
+                    if trace is not None:
+                        trace.event(stream.due_at(start, n), monotonic(), n)
                     yield tokens(start, n)
                     continue
                 # the fault goes after the event holding its token (events stay whole)
                 head = max(0, min(n, -(-fault.after // interval) * interval - start))
                 if head:
+                    if trace is not None:
+                        trace.event(stream.due_at(start, head), monotonic(), head)
                     yield tokens(start, head)
                 async for out in self._apply(fault, frame):
                     yield out
                 if self.cut or job.settled:
                     return
                 if n > head:
+                    if trace is not None:
+                        trace.event(stream.due_at(start + head, n - head), monotonic(),
+                                    n - head)
                     yield tokens(start + head, n - head)
             if pending is not None:  # no token came (an empty reply, or a cut)
+                if trace is not None:
+                    trace.event(None, monotonic(), 0)
                 yield pending
             job.streamed()
             if self.abort is not None and not job.finished:
@@ -300,6 +324,8 @@ class Turn:
                 if self.cut or job.settled:
                     return
             self.complete()
+            if trace is not None:
+                trace.event(None, monotonic(), 0)
             yield frame(enc.closing())
         except asyncio.CancelledError:
             self._as_sent()  # a cancelled websocket turn answers with the partial output
@@ -317,6 +343,8 @@ class Turn:
             yield frame(self._as_sent().failed(error))
         finally:
             self.settle_aborted()  # a no-op unless the consumer stopped early
+            if trace is not None:
+                self.gateway.traces.keep(trace)
 
     def _as_sent(self) -> Encoder:
         """The encoder in the state of what was sent. One that encoded ahead of the stream

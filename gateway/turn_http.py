@@ -150,6 +150,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
+        arrived = time.monotonic()
         state = request.app.state
         gateway: Gateway = state.gateway
         request_id = new_id("req")
@@ -171,7 +172,8 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
             turn = await off_loop(len(raw), counted, gateway, protocol.name,
-                                  Turn, gateway, protocol, req, ctx, request_id=request_id)
+                                  Turn, gateway, protocol, req, ctx, request_id=request_id,
+                                  arrived=arrived)
             job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)
@@ -215,4 +217,7 @@ async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Respon
     body = orjson.dumps(enc.body())
     if fault is not None and fault.kind is Kind.MALFORMED:
         body = body[: len(body) // 2]
+    if turn.trace is not None:  # the whole body is one write (gateway.tracing)
+        turn.trace.whole(job, time.monotonic())
+        turn.gateway.traces.keep(turn.trace)
     return Response(body, 200, headers=headers, media_type="application/json")

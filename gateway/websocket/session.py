@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,7 +52,9 @@ class Lane:
     """A FIFO of turns on one ``stream_id`` (None: the default lane)."""
 
     sid: str | None
-    queue: asyncio.Queue[tuple[ResponsesRequest, int]] = field(default_factory=asyncio.Queue)
+    # (request, frame size, loop time the frame arrived)
+    queue: asyncio.Queue[tuple[ResponsesRequest, int, float]] = field(
+        default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     active: bool = False  # a turn is between dequeue and its terminal event
     cancel_requested: bool = False  # response.cancel arrived before the job was admitted
@@ -91,6 +94,7 @@ class Session(ConnectionLife):
         self.shutdown = shutdown
         self.key = ""  # the API key (auth on), for the per-key connection cap
         self.last_frame = 0.0  # loop time of the last frame received (idle timeout)
+        self.arrived = 0.0  # its monotonic time (a traced turn's arrival)
         self.stopping: APIError | None = None  # why new turns are refused (shutdown)
         self.gateway = gateway
         self.store = store
@@ -159,6 +163,7 @@ class Session(ConnectionLife):
             if message["type"] == "websocket.disconnect":
                 return
             self.last_frame = clock()
+            self.arrived = time.monotonic()  # the frame's arrival, finer (gateway.tracing)
             text = message.get("text")
             if text is None:
                 raw = message.get("bytes") or b""
@@ -245,7 +250,7 @@ class Session(ConnectionLife):
             self.lanes[sid] = lane
             lane.task = asyncio.create_task(self._worker(lane))
         self.pending += 1
-        lane.queue.put_nowait((req, size))
+        lane.queue.put_nowait((req, size, self.arrived))
 
     async def _cancel(self, body: dict[str, Any], sid: str | None) -> None:
         rid = body.get("response_id")
@@ -270,9 +275,9 @@ class Session(ConnectionLife):
     async def _worker(self, lane: Lane) -> None:
         try:
             while not lane.queue.empty():
-                req, size = lane.queue.get_nowait()
+                req, size, arrived = lane.queue.get_nowait()
                 try:
-                    await self._turn(lane, req, size)
+                    await self._turn(lane, req, size, arrived)
                 except _SocketGone:
                     return  # the reader sees the disconnect and cleans up
                 except Exception as exc:  # a bug: say so on the socket and in the log
@@ -285,20 +290,21 @@ class Session(ConnectionLife):
             if self.lanes.get(lane.sid) is lane:
                 del self.lanes[lane.sid]
 
-    async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0) -> None:
+    async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0,
+                    arrived: float | None = None) -> None:
         sid = lane.sid
         lane.active, lane.cancel_requested = True, False
         try:
             if self.closing:
                 await self._error(limit_error(self.max_age), sid)
                 return
-            await self._run(lane, req, sid, size)
+            await self._run(lane, req, sid, size, arrived)
         finally:
             lane.active = False
             lane.job = lane.stream = lane.rid = None
 
     async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None,
-                   size: int = 0) -> None:
+                   size: int = 0, arrived: float | None = None) -> None:
         ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
             if self.stopping is not None:
@@ -306,7 +312,8 @@ class Session(ConnectionLife):
             if req.previous_response_id:
                 await self.cache.load(req.previous_response_id)
             turn = await off_loop(size, counted, self.gateway, RESPONSES.name, Turn,
-                                  self.gateway, RESPONSES, req, ctx, transport="websocket")
+                                  self.gateway, RESPONSES, req, ctx, transport="websocket",
+                                  arrived=arrived)
             delay = self.network.ws_turn_s() if self.network.enabled else 0.0
             if delay:
                 await asyncio.sleep(delay)
