@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "commands.chat",
     "commands.bench",
     "commands.calibrate",
+    "commands.replay_check",
 )
 
 

@@ -19,7 +19,7 @@ from .config import ReplayConfig
 from .format import Entry, Redactor, read
 from .matching import canonical, differences, ignoring, last_user, shown, validated
 from .transcript import Transcript
-from .transcript import read as transcript
+from .streams import read as transcript
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .format import Event
+from .format import Entry, Event
 from .transcript import (
+    BODIES,
     Transcript,
     internal_tool_id,
     messages_stop,
@@ -239,3 +240,13 @@ def _messages_delta(tr: Transcript, data: dict[str, Any], open_blocks: dict[int,
 
 PARSERS: dict[str, Callable[[Transcript, Sequence[Event]], None]] = {
     "chat": chat, "completions": completions, "responses": responses, "messages": messages}
+
+
+def read(entry: Entry) -> Transcript:
+    """The transcript of an entry: its stream or its body read (its problems listed in it)."""
+    tr = Transcript()
+    if entry.events is not None:
+        PARSERS[entry.protocol](tr, entry.events)
+    elif entry.body is not None:
+        BODIES[entry.protocol](tr, entry.body)
+    return tr

@@ -22,7 +22,6 @@ import orjson
 
 from backends.mockmodel import Piece
 
-from .format import Entry, Event
 
 ID_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_",
                "messages": "msg_"}
@@ -75,18 +74,6 @@ def internal_tool_id(wire_id: str) -> str:
     """A tool call's internal id from its wire id (Anthropic renders ``call_X`` as
     ``toolu_X``; OpenAI's protocols show the internal id itself)."""
     return "call_" + wire_id[6:] if wire_id.startswith("toolu_") else wire_id
-
-
-def read(entry: Entry) -> Transcript:
-    """The transcript of an entry (its problems listed in it)."""
-    from . import streams
-
-    tr = Transcript()
-    if entry.events is not None:
-        streams.PARSERS[entry.protocol](tr, entry.events)
-    elif entry.body is not None:
-        BODIES[entry.protocol](tr, entry.body)
-    return tr
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -201,5 +188,3 @@ def _messages_body(tr: Transcript, body: dict[str, Any]) -> None:
 
 BODIES = {"chat": _chat_body, "completions": _completions_body,
           "responses": _responses_body, "messages": _messages_body}
-
-__all__ = ["Event", "Transcript", "internal_tool_id", "read"]
