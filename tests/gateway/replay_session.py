@@ -21,6 +21,7 @@ from conftest import quick_config_text
 from test_remote import serve
 from websockets.asyncio.client import connect
 
+from backends.engine import build
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.engine_config import engine_config
@@ -41,6 +42,25 @@ def config(**tables: Any) -> Config:
     return Config.model_validate(raw)
 
 
+def steady(**tables: Any) -> Config:
+    """``config`` with each tier's other tenants as a constant background load from the first
+    step (as ``fastmode engine`` models them), not Poisson arrivals that ramp up after start:
+    a request's modeled pace is then its tier's operating point, whenever it comes."""
+    raw = tomllib.loads(quick_config_text())
+    raw.update(tables)
+    spec = build(Config.model_validate(raw).sim())
+    for name, dep in raw["deployments"].items():
+        demand = spec.deployments[name].tenants
+        if demand is not None:
+            bg = demand.background
+            dep["background"] = {"occupancy": bg.seqs / dep["max_batch"],
+                                 "context_tokens": bg.context_tokens,
+                                 "prefill_tokens_per_step": bg.prefill_tokens_per_step}
+    for tier in raw["tiers"].values():
+        tier.pop("tenants", None)
+    return Config.model_validate(raw)
+
+
 @contextlib.asynccontextmanager
 async def recording(directory: Path, **record: Any) -> AsyncIterator[str]:
     """A fastmode engine, and a gateway recording into ``directory`` whose standard and fast
@@ -55,8 +75,9 @@ async def recording(directory: Path, **record: Any) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def replaying(directory: Path, **replay: Any) -> AsyncIterator[tuple[str, Any]]:
-    """A gateway replaying ``directory`` (no upstream at all); yields (base URL, app)."""
-    app = create_app(config(replay={"dir": str(directory), **replay}))
+    """A gateway replaying ``directory`` (no upstream at all), its tiers at their steady
+    operating points; yields (base URL, app)."""
+    app = create_app(steady(replay={"dir": str(directory), **replay}))
     async with serve(app, ws="websockets-sansio") as url:
         yield url, app
 
@@ -81,7 +102,8 @@ async def websocket(url: str, creates: list[dict[str, Any]]) -> list[str]:
                 text = str(await asyncio.wait_for(ws.recv(), 10))
                 frames.append(text)
                 event = orjson.loads(text)
-                if event["type"] in ("response.completed", "response.failed", "error"):
+                if event["type"] in ("response.completed", "response.incomplete",
+                                     "response.failed", "error"):
                     prev = (event.get("response") or {}).get("id")
                     break
     return frames
