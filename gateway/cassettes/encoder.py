@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocols.base import Encoder
-from ..protocols.events import Frames, texts
 from ..errors import APIError
+from ..protocols.base import Encoder
+from ..protocols.events import Frames, sse_framed, texts
 from .library import Recording
 
 
@@ -25,7 +25,6 @@ class CassetteEncoder(Encoder):
     def __init__(self, inner: Encoder, recording: Recording) -> None:
         self.inner = inner
         self.job = inner.job
-        self.named_events = inner.named_events
         entry = recording.entry
         self.events: Frames = [(e.event, e.body()) for e in entry.events or ()]
         self.whole = entry.body
@@ -51,6 +50,9 @@ class CassetteEncoder(Encoder):
 
     def cancelled(self) -> Frames:
         return self.inner.cancelled()
+
+    def framed(self, frames: Frames) -> list[bytes]:  # SSE lines by the protocol's rule
+        return sse_framed(frames, self.inner.named_events)
 
     def ran_ahead(self) -> int | None:
         return None

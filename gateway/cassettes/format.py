@@ -213,4 +213,4 @@ def load_hook(spec: str) -> Hook | None:
         raise ValueError(f"record.redact_hook: cannot load {spec!r}: {exc}") from None
     if not callable(fn):
         raise ValueError(f"record.redact_hook: {spec!r} is not callable")
-    return fn  # type: ignore[no-any-return]
+    return fn

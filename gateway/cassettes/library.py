@@ -18,8 +18,8 @@ from ..errors import APIError
 from .config import ReplayConfig
 from .format import Entry, Redactor, read
 from .matching import canonical, differences, ignoring, last_user, shown, validated
-from .transcript import Transcript
 from .streams import read as transcript
+from .transcript import Transcript
 
 
 @dataclass(frozen=True)

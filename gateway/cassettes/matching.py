@@ -80,13 +80,10 @@ def last_user(protocol: str, body: dict[str, Any]) -> str | None:
     if protocol == "completions":
         prompt = body.get("prompt")
         return prompt if isinstance(prompt, str) else orjson.dumps(prompt).decode()
-    if protocol == "responses":
-        items = body.get("input")
-        if isinstance(items, str):
-            return items
-        messages = items if isinstance(items, list) else []
-    else:
-        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+    items = body.get("input" if protocol == "responses" else "messages")
+    if isinstance(items, str):  # a Responses input given as text
+        return items
+    messages: list[Any] = items if isinstance(items, list) else []
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "user":
             return _text(m.get("content"))

@@ -22,6 +22,7 @@ from .transcript import (
     internal_tool_id,
     messages_stop,
     messages_usage,
+    obj,
     responses_object,
 )
 
@@ -88,7 +89,7 @@ def _chat_choice(tr: Transcript, choice: dict[str, Any]) -> int:
         if not isinstance(call, dict):
             continue
         index = call.get("index", 0)
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = obj(call.get("function"))
         if index == len(tr.tools):
             tr.tools.append((str(call.get("id") or f"call_{index}"), str(fn.get("name") or "")))
         elif not isinstance(index, int) or index > len(tr.tools):
@@ -118,6 +119,7 @@ RESPONSES_TERMINAL = ("response.completed", "response.incomplete", "response.fai
 def responses(tr: Transcript, events: Sequence[Event]) -> None:
     calls: dict[int, int] = {}  # output_index -> tool call number
     ended = False
+    expected = 0  # the next sequence number (after a gap: the one after the number seen)
     for i, ev in enumerate(events):
         n = 0
         where = f"event {i}"
@@ -129,15 +131,16 @@ def responses(tr: Transcript, events: Sequence[Event]) -> None:
         kind = data.get("type")
         if ev.event != kind:
             tr.problems.append(f"{where}: SSE name {ev.event!r} is not its type {kind!r}")
-        if data.get("sequence_number") != i and kind != "error":
-            tr.problems.append(f"{where}: sequence_number {data.get('sequence_number')!r}, "
-                               f"expected {i}")
+        seq = data.get("sequence_number")
+        if seq != expected and kind != "error":
+            tr.problems.append(f"{where}: sequence_number {seq!r}, expected {expected}")
+        expected = (seq if isinstance(seq, int) else expected) + 1
         if i == 0 and kind != "response.created":
             tr.problems.append(f"{where}: the stream starts with {kind!r}, not "
                                "'response.created'")
         if ended:
             tr.problems.append(f"{where}: after the terminal event")
-        item = data.get("item") if isinstance(data.get("item"), dict) else {}
+        item = obj(data.get("item"))
         if kind == "response.output_item.added" and item.get("type") == "function_call":
             calls[int(data.get("output_index") or 0)] = len(tr.tools)
             tr.tools.append((str(item.get("call_id") or ""), str(item.get("name") or "")))
@@ -184,12 +187,11 @@ def messages(tr: Transcript, events: Sequence[Event]) -> None:
             tr.problems.append(f"{where}: after message_stop")
         index = data.get("index")
         if kind == "message_start":
-            msg = data.get("message") if isinstance(data.get("message"), dict) else {}
+            msg = obj(data.get("message"))
             tr.rid = msg.get("id")
             messages_usage(tr, msg.get("usage"))
         elif kind == "content_block_start":
-            block = data.get("content_block") if isinstance(data.get("content_block"),
-                                                            dict) else {}
+            block = obj(data.get("content_block"))
             if not isinstance(index, int) or index in open_blocks:
                 tr.problems.append(f"{where}: block {index!r} started twice or unnamed")
             elif block.get("type") == "tool_use":
@@ -201,14 +203,14 @@ def messages(tr: Transcript, events: Sequence[Event]) -> None:
         elif kind == "content_block_delta":
             n = _messages_delta(tr, data, open_blocks, where)
         elif kind == "content_block_stop":
-            if open_blocks.pop(index, None) is None:
+            if not isinstance(index, int) or open_blocks.pop(index, None) is None:
                 tr.problems.append(f"{where}: block {index!r} stopped but not open")
         elif kind == "message_delta":
             if open_blocks:
                 tr.problems.append(f"{where}: message_delta with blocks still open")
-            delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+            delta = obj(data.get("delta"))
             messages_stop(tr, delta.get("stop_reason"), delta.get("stop_sequence"))
-            usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            usage = obj(data.get("usage"))
             if isinstance(usage.get("output_tokens"), int):
                 tr.output_tokens = usage["output_tokens"]
         elif kind in ("message_stop", "error"):
@@ -222,9 +224,11 @@ def messages(tr: Transcript, events: Sequence[Event]) -> None:
 def _messages_delta(tr: Transcript, data: dict[str, Any], open_blocks: dict[int, int],
                     where: str) -> int:
     index = data.get("index")
-    delta = data.get("delta") if isinstance(data.get("delta"), dict) else {}
+    delta = obj(data.get("delta"))
     if index not in open_blocks:
-        tr.problems.append(f"{where}: a delta of block {index!r}, which is not open")
+        said = f"a delta of block {index!r}, which is not open"
+        if not any(p.endswith(said) for p in tr.problems):  # once per block, not per delta
+            tr.problems.append(f"{where}: {said}")
         return 0
     kind = delta.get("type")
     if kind == "text_delta":

@@ -22,7 +22,6 @@ import orjson
 
 from backends.mockmodel import Piece
 
-
 ID_PREFIXES = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_",
                "messages": "msg_"}
 ANTHROPIC_STOPS = {"end_turn": "stop", "max_tokens": "length", "tool_use": "tool_calls",
@@ -76,7 +75,8 @@ def internal_tool_id(wire_id: str) -> str:
     return "call_" + wire_id[6:] if wire_id.startswith("toolu_") else wire_id
 
 
-def _obj(value: Any) -> dict[str, Any]:
+def obj(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a reader never trips on a shape)."""
     return value if isinstance(value, dict) else {}
 
 
@@ -85,13 +85,13 @@ def _chat_body(tr: Transcript, body: dict[str, Any]) -> None:
         tr.problems.append(f"body: object is {body.get('object')!r}, not 'chat.completion'")
     tr.rid, tr.created = body.get("id"), body.get("created")
     choices = body.get("choices") or [{}]
-    choice = _obj(choices[0])
-    msg = _obj(choice.get("message"))
+    choice = obj(choices[0])
+    msg = obj(choice.get("message"))
     if isinstance(msg.get("content"), str) and msg["content"]:
         tr.text(msg["content"])
     for k, call in enumerate(msg.get("tool_calls") or ()):
-        fn = _obj(_obj(call).get("function"))
-        tr.tools.append((str(_obj(call).get("id") or f"call_{k}"), str(fn.get("name") or "")))
+        fn = obj(obj(call).get("function"))
+        tr.tools.append((str(obj(call).get("id") or f"call_{k}"), str(fn.get("name") or "")))
         tr.tool(str(fn.get("arguments") or ""), k)
     tr.finish_reason = str(choice.get("finish_reason") or "stop")
     _openai_usage(tr, body.get("usage"), "body")
@@ -101,7 +101,7 @@ def _completions_body(tr: Transcript, body: dict[str, Any]) -> None:
     if body.get("object") != "text_completion":
         tr.problems.append(f"body: object is {body.get('object')!r}, not 'text_completion'")
     tr.rid, tr.created = body.get("id"), body.get("created")
-    choice = _obj((body.get("choices") or [{}])[0])
+    choice = obj((body.get("choices") or [{}])[0])
     if isinstance(choice.get("text"), str) and choice["text"]:
         tr.text(choice["text"])
     tr.finish_reason = str(choice.get("finish_reason") or "stop")
@@ -112,7 +112,7 @@ def _openai_usage(tr: Transcript, usage: Any, where: str) -> None:
     if not isinstance(usage, dict):
         tr.problems.append(f"{where}: no usage")
         return
-    details = _obj(usage.get("prompt_tokens_details"))
+    details = obj(usage.get("prompt_tokens_details"))
     tr.usage(usage.get("prompt_tokens"), details.get("cached_tokens"),
              usage.get("completion_tokens"))
 
@@ -126,7 +126,7 @@ def responses_object(tr: Transcript, resp: dict[str, Any], where: str,
     tr.rid, tr.created = resp.get("id"), resp.get("created_at")
     calls = 0
     for item in resp.get("output") or ():
-        item = _obj(item)
+        item = obj(item)
         if item.get("type") == "function_call":
             if content:
                 tr.tools.append((str(item.get("call_id") or ""), str(item.get("name") or "")))
@@ -134,14 +134,14 @@ def responses_object(tr: Transcript, resp: dict[str, Any], where: str,
             calls += 1
         elif item.get("type") == "message" and content:
             for part in item.get("content") or ():
-                part = _obj(part)
+                part = obj(part)
                 if part.get("type") == "output_text" and part.get("text"):
                     tr.text(str(part["text"]))
     status = resp.get("status")
     tr.finish_reason = "tool_calls" if calls else ("length" if status == "incomplete" else "stop")
     usage = resp.get("usage")
     if isinstance(usage, dict):
-        details = _obj(usage.get("input_tokens_details"))
+        details = obj(usage.get("input_tokens_details"))
         tr.usage(usage.get("input_tokens"), details.get("cached_tokens"),
                  usage.get("output_tokens"))
     elif status == "completed":
@@ -154,7 +154,7 @@ def _responses_body(tr: Transcript, body: dict[str, Any]) -> None:
 
 def messages_usage(tr: Transcript, usage: Any) -> None:
     """Anthropic usage: input tokens exclude what was read from and written to the cache."""
-    u = _obj(usage)
+    u = obj(usage)
     parts = [u.get("input_tokens"), u.get("cache_read_input_tokens"),
              u.get("cache_creation_input_tokens")]
     if isinstance(parts[0], int):
@@ -174,7 +174,7 @@ def _messages_body(tr: Transcript, body: dict[str, Any]) -> None:
         tr.problems.append(f"body: type is {body.get('type')!r}, not 'message'")
     tr.rid = body.get("id")
     for block in body.get("content") or ():
-        block = _obj(block)
+        block = obj(block)
         if block.get("type") == "text" and block.get("text"):
             tr.text(str(block["text"]))
         elif block.get("type") == "tool_use":

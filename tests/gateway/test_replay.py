@@ -12,7 +12,16 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import ROOT
-from replay_session import CHAT_STREAM, SESSION, post, recording, replaying, run_session, sse_data, websocket
+from replay_session import (
+    CHAT_STREAM,
+    SESSION,
+    post,
+    recording,
+    replaying,
+    run_session,
+    sse_data,
+    websocket,
+)
 
 from backends.pricing import operating_step_seconds
 from gateway.cassettes.format import read
@@ -95,6 +104,19 @@ async def test_an_agent_loop_with_tool_calls_replays_at_each_timing(tmp_path) ->
             assert await asyncio.to_thread(loop.run, url + "/v1") == recorded, timing
 
 
+def settled(gateway, monkeypatch) -> list:
+    """The jobs ``gateway`` settles from now on."""
+    jobs = []
+    settle = gateway.settle
+
+    def keep(job, *args, **kwargs):
+        jobs.append(job)
+        return settle(job, *args, **kwargs)
+
+    monkeypatch.setattr(gateway, "settle", keep)
+    return jobs
+
+
 async def test_recorded_timing_is_each_events_recorded_time(session, monkeypatch) -> None:
     """The replayed stream's modeled times are the recorded offsets from the request's
     arrival, event for event (and all at the arrival with timing none)."""
@@ -105,11 +127,7 @@ async def test_recorded_timing_is_each_events_recorded_time(session, monkeypatch
     offsets = [e.t for e in entry.events]
     for timing in ("recorded", "none"):
         async with replaying(directory, timing=timing) as (url, app):
-            gateway = app.state.gateway
-            jobs = []
-            settle = gateway.settle
-            monkeypatch.setattr(gateway, "settle", lambda job, *a, **k: (jobs.append(job),
-                                                                         settle(job, *a, **k)))
+            jobs = settled(app.state.gateway, monkeypatch)
             await SESSION["messages-stream"](url)
         (job,) = jobs
         stream = job.stream

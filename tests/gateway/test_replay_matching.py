@@ -157,10 +157,10 @@ async def test_the_redaction_hook_edits_and_drops_entries(tmp_path, monkeypatch)
 
 async def test_an_upstream_failure_mid_stream_replays_as_recorded(tmp_path) -> None:
     """A provider that breaks off: its error event is part of the exchange, and replays."""
+    from replay_session import config
     from test_remote import Fake, serve
 
     from gateway.app import create_app
-    from replay_session import config
 
     fake = Fake()
     fake.mode = "die"
