@@ -39,6 +39,9 @@ from .replay_stream import ReplayStream
 from .reply import RecordedReply, generation
 
 
+CASSETTE_HEADER = "x-fastmode-cassette"  # on a replayed answer: the file:line it came from
+
+
 @dataclass(eq=False)
 class ReplayJob(Job):
     """A job whose events are a recording's (its encoder is a ``CassetteEncoder``)."""
@@ -92,7 +95,7 @@ class ReplayAdmission:
             prompt_tokens=prompt, cached_tokens=min(tr.cached_tokens, prompt), stream=stream,
             created=tr.created if isinstance(tr.created, int) else int(time.time()),
             principal=decision.principal, network_s=network_time.get(),
-            headers=dict(ticket.headers), recording=rec)
+            headers={**ticket.headers, CASSETTE_HEADER: rec.where}, recording=rec)
         stream.tag = job
         return job
 
@@ -105,4 +108,5 @@ class ReplayAdmission:
         if isinstance(tr.created, int):
             job.created = tr.created
         job.requested_tier = tier.name  # the tier asked for, by the replay: not a downgrade
+        job.headers[CASSETTE_HEADER] = rec.where
         return job

@@ -68,7 +68,11 @@ async def test_a_miss_goes_to_the_mock_model_when_asked(tmp_path) -> None:
         hit = await post(url, "/v1/chat/completions", CHAT)
         miss = await post(url, "/v1/chat/completions", {**CHAT, "max_tokens": 5})
     assert hit.content == recorded.content
+    (line,) = read(d)
+    assert hit.headers["x-fastmode-cassette"] == line.where
+    assert hit.headers["x-request-id"] == line.entry.id  # the recorded request's id
     assert miss.status_code == 200 and miss.json()["usage"]["completion_tokens"] <= 5
+    assert "x-fastmode-cassette" not in miss.headers
     assert miss.json()["id"] != recorded.json()["id"]
 
 
