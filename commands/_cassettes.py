@@ -90,8 +90,9 @@ def describe(config: Config) -> list[str]:
     rec, rep = config.record, config.replay
     lines = []
     if rec.dir:
-        lines.append(f"  recording:            every exchange to {rec.dir}/ (cassettes)")
+        lines.append(f"  recording:            every exchange to {rec.dir.rstrip('/')}/ "
+                     "(cassettes, docs/replay.md)")
     if rep.dir:
-        lines.append(f"  replaying:            {rep.dir}/ (timing {rep.timing}, match "
+        lines.append(f"  replaying:            {rep.dir.rstrip('/')}/ (timing {rep.timing}, match "
                      f"{rep.match}, a miss: {'the mock model' if rep.miss == 'mock' else '404'})")
     return lines

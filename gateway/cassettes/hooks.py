@@ -50,8 +50,7 @@ class Cassettes:
 
     def before(self, turn: TurnLike, stream: bool | None) -> None:
         name = turn.protocol.name
-        body = self.redactor.request(name, normalised(name, turn.req))
-        current.set(Wire(name, body, turn.ctx.fast_path,
+        current.set(Wire(name, normalised(name, turn.req), turn.ctx.fast_path,
                          turn.request.stream if stream is None else stream, turn.ctx.headers,
                          asyncio.get_running_loop().time()))
 

@@ -27,7 +27,7 @@ class Wire:
     """A live request as the matchers see it (set by the turn before admission)."""
 
     protocol: str
-    body: dict[str, Any]  # normalised and redacted
+    body: dict[str, Any]  # normalised (``matching.normalised``), not yet redacted
     fast: bool
     stream: bool
     headers: Mapping[str, str]
@@ -101,8 +101,12 @@ class Library:
             value = headers.get(self.config.header)
         return (protocol, fast, stream, value)
 
+    def _body(self, wire: Wire) -> dict[str, Any]:
+        """The request as its recording was written: redacted alike."""
+        return self.redactor.request(wire.protocol, wire.body)
+
     def find(self, wire: Wire) -> Recording | None:
-        key = self._key(wire.protocol, wire.fast, wire.stream, wire.body, wire.headers)
+        key = self._key(wire.protocol, wire.fast, wire.stream, self._body(wire), wire.headers)
         if key[-1] is None:
             return None
         hits = self._index.get(key)
@@ -123,7 +127,7 @@ class Library:
         same = [r for r in self.recordings if r.entry.protocol == wire.protocol]
         if not same:
             return _miss(f"{head} The cassettes hold no {wire.protocol} exchange.")
-        mine = ignoring(wire.body, self.config.ignore)
+        mine = ignoring(self._body(wire), self.config.ignore)
         scored = [(len(differences(ignoring(r.body, self.config.ignore), mine)) +
                    (r.entry.stream != wire.stream) + (r.entry.fast != wire.fast), r)
                   for r in same]

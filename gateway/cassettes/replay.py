@@ -38,7 +38,6 @@ from .library import Library, Recording, current
 from .replay_stream import ReplayStream
 from .reply import RecordedReply, generation
 
-
 CASSETTE_HEADER = "x-fastmode-cassette"  # on a replayed answer: the file:line it came from
 
 
