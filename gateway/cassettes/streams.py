@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from backends.mockmodel import Piece
+
 from .format import Entry, Event
 from .transcript import (
     BODIES,
@@ -253,4 +255,9 @@ def read(entry: Entry) -> Transcript:
         PARSERS[entry.protocol](tr, entry.events)
     elif entry.body is not None:
         BODIES[entry.protocol](tr, entry.body)
+    prompt = entry.request.get("prompt")
+    if entry.request.get("echo") and isinstance(prompt, str) and tr.pieces:
+        first = tr.pieces[0]  # Completions' ``echo``: the prompt, sent before the reply
+        if first.tool < 0 and first.text.startswith(prompt):
+            tr.pieces[0] = Piece(first.text[len(prompt):], first.tool)
     return tr

@@ -161,6 +161,8 @@ SESSION: dict[str, Exchange] = {
                                              "max_tokens": 12}),
     "completions-stream": _body("/v1/completions", {"model": "frontier", "prompt": "The sea",
                                                     "max_tokens": 12, "stream": True}),
+    "completions-echo": _body("/v1/completions", {"model": "frontier", "prompt": "Waves",
+                                                  "max_tokens": 8, "echo": True}),
     "responses": _body("/v1/responses", {"model": "frontier", "input": USER,
                                          "max_output_tokens": 24}),
     "responses-stream": _body("/v1/responses", {"model": "frontier", "input": "Hello there",

@@ -24,6 +24,7 @@ from replay_session import (
 )
 
 from backends.pricing import operating_step_seconds
+from gateway.cassettes.check import check
 from gateway.cassettes.format import read
 
 
@@ -63,6 +64,15 @@ async def test_the_cassette_holds_every_exchange_as_events(session) -> None:
     assert times == sorted(times) and times[-1] > 0
     # one event per item (not per byte): the SSE framing is the protocol's, rebuilt on replay
     assert len(chat.events) == seen["chat-stream"].count(b"\n\n")
+
+
+def test_every_recorded_stream_is_well_formed_for_its_protocol(session) -> None:
+    """``replay-check`` on what the gateway sent through a remote tier (it found that a
+    Completions stream from a remote tier had no ``finish_reason``: its last token is not known
+    when its chunk is encoded; the reason now has a chunk of its own)."""
+    directory, _ = session
+    report = check(directory)
+    assert report.problems == [] and report.entries == len(SESSION) + 2
 
 
 async def test_a_recording_over_sse_replays_over_the_websocket_and_back(session) -> None:
@@ -169,6 +179,49 @@ async def test_modeled_timing_is_the_tiers_speed_and_price(session) -> None:
         assert itl[tier] == pytest.approx(operating_step_seconds(dep.placement, dep.background),
                                           rel=0.1)
     assert itl["fast"] < itl["standard"] / 2
+
+
+async def test_a_modeled_replay_differs_only_in_what_belongs_to_the_tier(session) -> None:
+    """Replayed on the tier it was recorded on (``tier:standard``), every protocol and transport
+    says what was recorded — ids, text, tool calls, events, sequence numbers — and differs only
+    in the tier's clock (``time_info``) and its usage (the replaying engine's prefix cache)."""
+    directory, seen = session
+    async with replaying(directory, timing="tier:standard") as (url, _):
+        modeled = await run_session(url)
+    for name in SESSION:
+        was, now = _parsed(seen[name]), _parsed(modeled[name])
+        if name == "completions-stream":  # a remote reply's reason has a chunk of its own
+            assert _text(was) == _text(now) and _reasons(was) == _reasons(now)
+            assert len(_reasons(was)) == 1
+            continue
+        assert _untimed(was) == _untimed(now), name
+
+
+def _parsed(raw) -> list:
+    if isinstance(raw, list):  # websocket frames
+        return [orjson.loads(f) for f in raw]
+    if not raw.startswith((b"data:", b"event:")):
+        return [orjson.loads(raw)]
+    return [orjson.loads(line[6:]) if line.startswith(b"data: {") else line[6:]
+            for line in raw.split(b"\n") if line.startswith(b"data: ")]
+
+
+def _untimed(value):
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in ("time_info", "usage")}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _text(chunks: list) -> str:
+    return "".join(c["choices"][0]["text"] for c in chunks if isinstance(c, dict)
+                   and c.get("choices"))
+
+
+def _reasons(chunks: list) -> list:
+    return [c["choices"][0]["finish_reason"] for c in chunks if isinstance(c, dict)
+            and c.get("choices") and c["choices"][0]["finish_reason"]]
 
 
 def _envelope(chunks: list[dict]) -> list[dict]:
