@@ -42,8 +42,11 @@ def run(base_url: str, question: str = "What is the weather in Lyon?") -> list[s
             steps.append(f"answer: {reply.content}")
             return steps
         for call in reply.tool_calls:
-            args = json.loads(call.function.arguments)
-            steps.append(f"{call.function.name}({call.function.arguments}) [{call.id}]")
+            fn = getattr(call, "function", None)  # a function call (not a custom tool's)
+            if fn is None:
+                continue
+            args = json.loads(fn.arguments)
+            steps.append(f"{fn.name}({fn.arguments}) [{call.id}]")
             messages.append({"role": "tool", "tool_call_id": call.id,
                              "content": get_weather(str(args.get("city", "")))})
 

@@ -28,6 +28,7 @@ class CassetteEncoder(Encoder):
         entry = recording.entry
         self.events: Frames = [(e.event, e.body()) for e in entry.events or ()]
         self.whole = entry.body
+        self.sent = 0  # recorded events handed out
 
     def __getattr__(self, name: str) -> Any:  # only for what this class does not define
         return getattr(self.inner, name)
@@ -36,6 +37,7 @@ class CassetteEncoder(Encoder):
         return []
 
     def tokens(self, start: int, count: int) -> Frames:
+        self.sent = min(start + count, len(self.events))  # handed out, in order
         return self.events[start:start + count]
 
     def closing(self) -> Frames:
@@ -46,6 +48,10 @@ class CassetteEncoder(Encoder):
         return self.whole
 
     def failed(self, error: APIError) -> Frames:
+        """The protocol's error event after the recorded events sent (an injected fault, a
+        shutdown): numbered after them where the protocol numbers its events."""
+        if isinstance(getattr(self.inner, "seq", None), int):  # the Responses API
+            self.inner.seq = self.sent
         return self.inner.failed(error)
 
     def cancelled(self) -> Frames:

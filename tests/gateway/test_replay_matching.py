@@ -178,3 +178,20 @@ async def test_an_upstream_failure_mid_stream_replays_as_recorded(tmp_path) -> N
         replayed = await post(url, "/v1/chat/completions", {**CHAT, "stream": True})
     assert replayed.content == recorded.content
     assert sse_data(replayed.content)[-1]["error"]["code"] == "upstream_disconnected"
+
+
+async def test_faults_apply_to_a_replayed_stream(tmp_path) -> None:
+    """A replay runs the one pipeline: an injected error event ends the recorded stream after
+    the events asked for, numbered after them."""
+    d = tmp_path / "c"
+    body = {"model": "frontier", "input": "hi", "stream": True}
+    async with recording_locally(d) as url:
+        recorded = sse_data((await post(url, "/v1/responses", body)).content)
+    async with replaying(d) as (url, _):
+        r = await post(url, "/v1/responses", body,
+                       headers={"x-fastmode-fault": "error-event;after=4"})
+    events = sse_data(r.content)
+    assert events[:-1] == recorded[:len(events) - 1] and len(events) < len(recorded)
+    assert events[-1]["type"] == "response.failed"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert r.headers["x-fastmode-fault-injected"] == "error-event"
