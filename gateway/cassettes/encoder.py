@@ -51,7 +51,7 @@ class CassetteEncoder(Encoder):
         """The protocol's error event after the recorded events sent (an injected fault, a
         shutdown): numbered after them where the protocol numbers its events."""
         if isinstance(getattr(self.inner, "seq", None), int):  # the Responses API
-            self.inner.seq = self.sent
+            setattr(self.inner, "seq", self.sent)  # noqa: B010 (an attribute of that encoder)
         return self.inner.failed(error)
 
     def cancelled(self) -> Frames:
