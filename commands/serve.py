@@ -16,6 +16,8 @@ from pydantic import ValidationError
 
 from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
 
+from . import _cassettes
+
 
 class UsageError(Exception):
     """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
@@ -37,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes on the one port, each owning a share of every "
                    "deployment's replicas (default 1; see docs/deployment.md)")
+    _cassettes.add_arguments(p)  # --record, --replay, --replay-*, --upstream
     p.set_defaults(func=run)
 
 
@@ -88,6 +91,7 @@ def configure(args: argparse.Namespace) -> Config:
                 "path": "--ledger"}.get(name, name)
         raise UsageError(f"{flag}: {err['msg']}") from None
     check_ledger(state.path, state.redis_url)
+    config = _cassettes.apply(args, config)
     return config.model_copy(update={"server": server, "state": state})
 
 
@@ -165,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  websocket:            ws://{server.host}:{port}/v1/responses")
     print(f"  metrics:              {base}/metrics")
     print(f"  dashboard:            {base}/dashboard   (the buses filling, live)")
+    for line in _cassettes.describe(config):
+        print(line)
     print(f"  usage ledger:         {ledger_location(config.state)}", flush=True)
     serve(app, config, [sock], args.log_level)  # uvicorn with the gateway's settings
     return 0
@@ -190,7 +196,7 @@ def run_workers(args: argparse.Namespace, config: Config) -> int:
     print(f"fastmode gateway — {args.workers} workers on {base} (SO_REUSEPORT); tiers:")
     for line in describe(config):
         print(line)
-    for line in describe_workers(supervisor.configs):
+    for line in describe_workers(supervisor.configs) + _cassettes.describe(config):
         print(line)
     print(f"  OpenAI base_url:      {base}/v1", flush=True)
     return supervisor.run()

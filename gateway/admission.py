@@ -24,6 +24,7 @@ from backends.scheduler import Scheduler
 
 from . import overflow, ratelimit
 from .auth import Authenticator
+from .cassettes.hooks import Cassettes
 from .config import Config
 from .decision import Decision, decide
 from .engine_admission import EngineAdmission
@@ -65,6 +66,7 @@ class Gateway:
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
         # tier name -> the backend of a tier not served in process (``gateway.remote``)
         self.backends: dict[str, Admission] = {}
+        self.cassettes: Cassettes | None = None  # --record / --replay (gateway.cassettes)
         self.started_at = time.time()
         self.draining = False  # graceful shutdown began: new requests are refused
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose

@@ -35,6 +35,7 @@ from . import (
 )
 from .admission import Gateway
 from .background import Background
+from .cassettes import hooks as cassettes
 from .config import Config, load_config
 from .errors import APIError
 from .ids import new_id
@@ -106,6 +107,9 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     gateway.metrics.registry.register(StateCollector(gateway.state.health))
     remote = RemoteTiers(config, gateway.metrics, gateway.settle)  # upstream engines' tiers
     gateway.backends.update(dict.fromkeys(remote.pools, remote))  # one admission path
+    # --record / --replay (gateway.cassettes): replaying, every tier's backend is the replay's
+    gateway.cassettes = cassettes.install(config, gateway.engine, gateway.spec.tiers,
+                                          gateway.backends)
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)

@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 
 from backends.config import PriceConfig, SimConfig, Strict
 
+from .cassettes.config import RecordConfig, ReplayConfig
 from .fault_kinds import Kind
 
 # the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
@@ -273,6 +274,8 @@ class Config(SimConfig):
     state: StateConfig = StateConfig()
     faults: FaultsConfig = FaultsConfig()
     admin: AdminConfig = AdminConfig()
+    record: RecordConfig = RecordConfig()  # gateway.cassettes: docs/replay.md
+    replay: ReplayConfig = ReplayConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:

@@ -81,10 +81,12 @@ class EngineAdmission:
     async def admit(self, ticket: Ticket) -> Job:
         return self.admit_now(ticket)
 
-    def admit_now(self, ticket: Ticket) -> Job:
-        """The reply generated and queued (no await: an in-process admission never waits)."""
+    def admit_now(self, ticket: Ticket, reply: Generation | None = None) -> Job:
+        """The reply generated and queued (no await: an in-process admission never waits).
+        ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
+        instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
-        gen = self._generate(request, tier, ticket.cap)
+        gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens

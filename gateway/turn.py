@@ -28,6 +28,7 @@ from typing import Any
 from backends.drivers import TokenStream
 
 from .admission import Gateway, shutting_down
+from .cassettes.recorder import Tape
 from .decision import Decision
 from .errors import APIError
 from .faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
@@ -94,6 +95,7 @@ class Turn:
         self.writing_since = 0.0  # loop time the pending write began (0: none pending)
         self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
         self.write_error: BaseException | None = None  # what a pushed write raised
+        self.tape: Tape | None = None  # recording this turn (``--record``, gateway.cassettes)
 
     # -- admission ------------------------------------------------------------------------
 
@@ -111,6 +113,8 @@ class Turn:
             self.api_key = decision.api_key
             if decision.fault is not None:
                 await self._before_admission(decision, decision.fault, disconnected)
+            if gw.cassettes is not None:  # record / replay: the request as matched, recorded
+                gw.cassettes.before(self, stream)
             job = await gw.admit(req, decision, stream=stream, disconnected=disconnected)
         except APIError as exc:
             gw.record(rejection_row(
@@ -120,6 +124,8 @@ class Turn:
             raise
         self.job = job
         self.encoder = self.protocol.encoder(job, self.req, self.request)
+        if gw.cassettes is not None:  # a replayed job's recorded events; a tape to record
+            self.encoder = gw.cassettes.after(self, job, self.encoder)
         job.protocol, job.transport = self.protocol.name, self.transport
         job.fault = self.fault.kind if self.fault else None
         gw.turns.add(self)
@@ -220,12 +226,16 @@ class Turn:
         events from inside the engine's step (``gateway.push``), used when it can be."""
         enc = self.encoder
         assert enc is not None
+        if self.tape is not None:  # recorded: every event through the frames (no push)
+            return self.tape.frames(self._events(_same, enc.frame_tokens))
         return self._events(_same, enc.frame_tokens, push)
 
     def sse(self, push: Push | None = None) -> AsyncIterator[bytes]:
         """The same events as SSE bytes; token batches take the encoder's one-write path."""
         enc = self.encoder
         assert enc is not None
+        if self.tape is not None:  # recorded: each event seen as a frame, then framed
+            return self.tape.sse(self._events(_same, enc.frame_tokens))
         return self._events(enc.sse, enc.sse_tokens, push)
 
     def lagged(self, lag: float, max_lag: float) -> None:

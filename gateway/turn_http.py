@@ -215,6 +215,8 @@ async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Respon
     turn.complete()
     headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
     body = orjson.dumps(enc.body())
+    if turn.tape is not None:  # --record (a turn with a fault has none)
+        turn.tape.whole(body, asyncio.get_running_loop().time())
     if fault is not None and fault.kind is Kind.MALFORMED:
         body = body[: len(body) // 2]
     if turn.trace is not None:  # the whole body is one write (gateway.tracing)
