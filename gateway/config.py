@@ -1,7 +1,8 @@
 """The whole configuration: the simulation's sections plus the gateway's own.
 
 One TOML file, validated here. The built-in default ships as ``gateway/data/default.toml``;
-every knob is documented there with its unit and the source of its default.
+every knob is documented there with its unit and the source of its default. A user's file is
+laid over it (``gateway.overlay``): it says only what differs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from backends.config import SimConfig, Strict
 
 from .fault_kinds import Kind
+from .overlay import overlay
 
 
 class ServerConfig(Strict):
@@ -270,7 +272,8 @@ def default_config_text() -> str:
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Load and validate a config file, or the built-in default when ``path`` is None."""
+    """Load and validate a config file laid over the built-in default (``gateway.overlay``),
+    or the built-in default when ``path`` is None."""
     try:
         text = default_config_text() if path is None else Path(path).read_text("utf-8")
     except OSError as exc:
@@ -279,6 +282,11 @@ def load_config(path: str | Path | None = None) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path or 'default'} is not valid TOML: {exc}") from None
+    if path is not None:
+        try:
+            raw = overlay(tomllib.loads(default_config_text()), raw, Config.model_fields)
+        except ValueError as exc:
+            raise ConfigError(f"config: {exc}") from None
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
