@@ -9,7 +9,8 @@ reply lengths, parallel calls), ``streams`` (seeded randomness, one stream per d
 ``thinking`` (the reasoning before a reply), ``lengths`` (how long a reply should be),
 ``prose`` (the text writer), ``toolcalls`` (which tools, which arguments), ``structured``
 (JSON replies), ``schema_values`` / ``schema_strings`` (JSON values that fit a schema),
-``schema_subset`` (which schemas a request may use), ``botching`` (the quality profile's
+``schema_subset`` (which schemas a request may use), ``prompted_json`` (JSON a prompt asks
+for), ``botching`` (the quality profile's
 mistakes), ``scripts`` (configured replies), ``pieces`` (caps and stop sequences, token by
 token) and ``schema_check`` (validating values with ``jsonschema``).
 """
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
 from .pieces import finish_tool_calls, with_reasoning
+from .prompted_json import prompted_json
 from .prose import last_user_text, text_reply, tool_result_opener
 from .request import (
     BOTCH_KINDS,
@@ -119,7 +121,14 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
             rng = streams("botch" + (f"/{k}" if k else ""))
             calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
         return finish_tool_calls(calls, req.max_tokens)
-    if req.response_format is not None:
+    fmt = req.response_format
+    if fmt is None or fmt.kind == "json_object":  # the prompt may say which JSON
+        asked = prompted_json(req.messages) if last_role in ("user", "tool") else None
+        if asked is not None:
+            return structured_reply(dataclasses.replace(req, response_format=asked.format),
+                                    streams, last_user_text(req.messages), quality,
+                                    fenced=asked.fenced and fmt is None)
+    if fmt is not None:
         return structured_reply(req, streams, last_user_text(req.messages), quality)
     opener = tool_result_opener(req.messages) if last_role == "tool" else None
     return text_reply(req, streams, opener, behavior.replies)
