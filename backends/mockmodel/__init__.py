@@ -92,16 +92,23 @@ def generate(
     effort), then a scripted answer, tool calls, a structured output or free text.
 
     ``max_tokens`` caps reasoning and reply together (reasoning first, as a model generates
-    them); ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
+    them), but reasoning never takes the whole cap: the reply keeps the room it needs, up to
+    half the cap (a short answer or a tool call whole, a long one at least half the cap).
+    ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
     """
     streams = Streams(request_digest(req))
-    total = None if req.max_tokens is None else req.max_tokens + req.reasoning_room
-    reasoning = think(req, behavior.reasoning, streams, total)
-    if reasoning is not None and req.max_tokens is not None:
-        assert total is not None
+    reply = _reply(req, quality, scripts, behavior, streams)
+    if req.max_tokens is None:
+        return with_reasoning(reply, think(req, behavior.reasoning, streams, None))
+    total = req.max_tokens + req.reasoning_room
+    reserve = max(1, min(reply.output_tokens, (req.max_tokens + 1) // 2))
+    reasoning = think(req, behavior.reasoning, streams, max(0, total - reserve))
+    if reasoning is not None:
         visible = min(req.max_tokens, total - reasoning.tokens)
-        req = dataclasses.replace(req, max_tokens=visible)
-    return with_reasoning(_reply(req, quality, scripts, behavior, streams), reasoning)
+        if visible < reply.output_tokens:  # the cap cuts the reply: a prefix of it
+            reply = _reply(dataclasses.replace(req, max_tokens=visible), quality, scripts,
+                           behavior, streams)
+    return with_reasoning(reply, reasoning)
 
 
 def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[ScriptRule],
