@@ -21,7 +21,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import admin, dashboard, health, ledger, netem, protocols, responses_api, vllm_metrics
+from . import (
+    admin,
+    dashboard,
+    embeddings,
+    health,
+    ledger,
+    netem,
+    protocols,
+    responses_api,
+    vllm_metrics,
+)
 from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
@@ -95,6 +105,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     health.add_routes(app, gateway)
     dashboard.add_routes(app, gateway)  # /dashboard: the live view (gateway/dashboard)
     ledger.add_routes(app, gateway.state)
+    embeddings.add_routes(app, gateway)  # POST /v1/embeddings (gateway/embeddings.py)
     if config.admin.enabled:
         admin.add_routes(app, gateway)
 

@@ -228,6 +228,38 @@ class RemoteConfig(Strict):
     max_idle_connections: int = Field(256, gt=0)  # kept-alive connections per upstream
 
 
+class EmbeddingModelConfig(Strict):
+    """``[embeddings.models.ID]``: an embedding model id served at ``/v1/embeddings``."""
+
+    model: str  # the model profile whose prefill is timed (backends/data/models.toml)
+    dimensions: int = Field(gt=0, le=16384)  # the vector's full length
+    shortenable: bool = True  # accepts `dimensions` (text-embedding-3-*), ada-002 does not
+    price: float | None = Field(None, ge=0)  # USD per MTok; None: derived (backends.embeddings)
+
+
+def _embedding_models() -> dict[str, EmbeddingModelConfig]:
+    # OpenAI's three ids, on the Qwen3-Embedding bodies of about their size
+    small = EmbeddingModelConfig(model="qwen3-embedding-0.6b", dimensions=1536)
+    return {"text-embedding-3-small": small,
+            "text-embedding-3-large": EmbeddingModelConfig(model="qwen3-embedding-8b",
+                                                           dimensions=3072),
+            "text-embedding-ada-002": small.model_copy(update={"shortenable": False})}
+
+
+class EmbeddingsConfig(Strict):
+    """``[embeddings]``: the embedding pool (``gateway.embeddings``, docs/embeddings.md)."""
+
+    hardware: str = "b200"
+    chips: int = Field(1, gt=0)
+    precision: Literal["bf16", "fp8", "int8"] = "bf16"
+    batch_tokens: int = Field(8192, gt=0)  # tokens per packed prefill step
+    seq_tokens: int = Field(512, gt=0)  # typical input length in the packed batch
+    max_inputs: int = Field(2048, gt=0)  # OpenAI: 2,048 inputs per request
+    max_input_tokens: int = Field(8192, gt=0)  # OpenAI: 8,192 tokens per input
+    max_request_tokens: int = Field(300_000, gt=0)  # OpenAI: 300,000 tokens per request
+    models: dict[str, EmbeddingModelConfig] = Field(default_factory=_embedding_models)
+
+
 class Config(SimConfig):
     server: ServerConfig = ServerConfig()
     routes: dict[str, RouteConfig]
@@ -237,6 +269,7 @@ class Config(SimConfig):
     state: StateConfig = StateConfig()
     faults: FaultsConfig = FaultsConfig()
     admin: AdminConfig = AdminConfig()
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:
