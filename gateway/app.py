@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import (
     admin,
+    conversations,
     dashboard,
     embeddings,
     health,
@@ -106,6 +107,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     dashboard.add_routes(app, gateway)  # /dashboard: the live view (gateway/dashboard)
     ledger.add_routes(app, gateway.state)
     embeddings.add_routes(app, gateway)  # POST /v1/embeddings (gateway/embeddings.py)
+    conversations.add_routes(app)  # /v1/conversations: refused with a 400 (not served)
     if config.admin.enabled:
         admin.add_routes(app, gateway)
 
