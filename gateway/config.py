@@ -260,6 +260,22 @@ class EmbeddingsConfig(Strict):
     models: dict[str, EmbeddingModelConfig] = Field(default_factory=_embedding_models)
 
 
+class BatchesConfig(Strict):
+    """``[batches]``: OpenAI's Batch API and Anthropic's Message Batches (``gateway.batches``,
+    docs/batches.md): requests run on a modeled pool at a large batch, priced from it."""
+
+    max_batch: int = Field(1024, gt=0)  # sequences per step of the batch pool (the model's
+    # deployment of the reference tier, run at this batch: what makes it cheap and slow)
+    prompt_tokens: int = Field(1500, gt=0)  # the pool's typical request: its prompt...
+    output_tokens: int = Field(1000, gt=0)  # ...and reply, tokens (context, fresh prefill)
+    slots: int = Field(64, gt=0)  # of one batch, requests running at once (others: tenants')
+    price_factor: float | None = Field(None, gt=0)  # x the standard prices; None: derived
+    time_scale: float = Field(1.0, gt=0)  # wall seconds per modeled second (tests: 0.001)
+    completion_window_s: float = Field(86400.0, gt=0)  # "24h": later requests expire
+    max_requests: int = Field(50_000, gt=0)  # OpenAI: 50,000 requests per batch
+    max_file_bytes: int = Field(200 * 1024 * 1024, gt=0)  # OpenAI: 200 MB per input file
+
+
 class Config(SimConfig):
     server: ServerConfig = ServerConfig()
     routes: dict[str, RouteConfig]
@@ -270,6 +286,7 @@ class Config(SimConfig):
     faults: FaultsConfig = FaultsConfig()
     admin: AdminConfig = AdminConfig()
     embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    batches: BatchesConfig = BatchesConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:
