@@ -117,6 +117,7 @@ class UsageTotal:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["cost_usd"] = round(self.cost_usd, 9)  # a sum of nano-dollar amounts, without noise
         if self.day is None:
             del out["day"]
         return out
