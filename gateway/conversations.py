@@ -29,6 +29,9 @@ async def refuse(request: Request) -> Response:
 
 
 def add_routes(app: FastAPI) -> None:
+    # refusals, not an API: kept out of /openapi.json (and so out of schema-driven fuzzing)
     for prefix in ("/v1", "/fast/v1"):
-        app.add_api_route(prefix + "/conversations", refuse, methods=METHODS)
-        app.add_api_route(prefix + "/conversations/{rest:path}", refuse, methods=METHODS)
+        app.add_api_route(prefix + "/conversations", refuse, methods=METHODS,
+                          include_in_schema=False)
+        app.add_api_route(prefix + "/conversations/{rest:path}", refuse, methods=METHODS,
+                          include_in_schema=False)

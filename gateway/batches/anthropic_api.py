@@ -14,7 +14,7 @@ import datetime
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
 
 from ..errors import APIError, bad_request
@@ -26,6 +26,7 @@ from ..protocols import MESSAGES
 from .service import Batches, body_of
 from .store import CANCELED, DONE, ERRORED, EXPIRED, Batch
 
+BATCH_ID = r"^msgbatch_[0-9a-f]{24}$"  # what create makes (/openapi.json says so)
 MAX_CUSTOM_ID = 64  # Anthropic: custom_id is 1-64 characters of [a-zA-Z0-9_-]
 
 
@@ -141,11 +142,17 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
                               "its processing_status is 'ended'.")
         return Response(batch.results["jsonl"], media_type="application/x-jsonl")
 
+    cancelling = answer(cancel)
+
+    async def cancel_route(request: Request,
+                           batch_id: str = Path(pattern=BATCH_ID)) -> Response:
+        return await cancelling(request)
+
     for prefix in ("/v1", "/fast/v1"):
         path = prefix + "/messages/batches"
         app.add_api_route(path, answer(create), methods=["POST"])
         app.add_api_route(path, answer(listing), methods=["GET"])
         app.add_api_route(path + "/{batch_id}", answer(retrieve), methods=["GET"])
         app.add_api_route(path + "/{batch_id}", answer(delete), methods=["DELETE"])
-        app.add_api_route(path + "/{batch_id}/cancel", answer(cancel), methods=["POST"])
+        app.add_api_route(path + "/{batch_id}/cancel", cancel_route, methods=["POST"])
         app.add_api_route(path + "/{batch_id}/results", answer(results), methods=["GET"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
 
 from ..errors import APIError, bad_request
@@ -29,6 +29,8 @@ from .files import listing, upload
 from .runner import OPENAI_ENDPOINTS
 from .service import Batches, body_of
 from .store import CANCELED, DONE, ERRORED, EXPIRED, Batch
+
+BATCH_ID = r"^batch_[0-9a-f]{24}$"  # what create makes (/openapi.json says so: fuzzers too)
 
 
 def who(request: Request) -> Caller:
@@ -203,6 +205,12 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
                               "first_id": cards[0]["id"] if cards else None,
                               "last_id": cards[-1]["id"] if cards else None})
 
+    cancel = answer(cancel_batch)
+
+    async def cancel_route(request: Request,
+                           batch_id: str = Path(pattern=BATCH_ID)) -> Response:
+        return await cancel(request)
+
     for prefix in ("/v1", "/fast/v1"):
         app.add_api_route(prefix + "/files", answer(create_file), methods=["POST"])
         app.add_api_route(prefix + "/files", answer(list_files), methods=["GET"])
@@ -214,5 +222,5 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
         app.add_api_route(prefix + "/batches", answer(create_batch), methods=["POST"])
         app.add_api_route(prefix + "/batches", answer(list_batches), methods=["GET"])
         app.add_api_route(prefix + "/batches/{batch_id}", answer(get_batch), methods=["GET"])
-        app.add_api_route(prefix + "/batches/{batch_id}/cancel", answer(cancel_batch),
+        app.add_api_route(prefix + "/batches/{batch_id}/cancel", cancel_route,
                           methods=["POST"])

@@ -129,7 +129,7 @@ def prepare(gateway: Gateway, protocol: Protocol, body: Any, headers: Mapping[st
     decision = gateway.decide(turn, headers)
     tier = gateway.router.route(turn.model, STANDARD.name).tier
     cap = gateway.router.max_output(tier, turn.prompt_tokens, turn.max_tokens)
-    gen = gateway.engine._generate(turn, tier, cap)  # the mock model, as the engine runs it
+    gen = gateway.engine.generate(turn, tier, cap)  # the mock model, as the engine runs it
     seq = DoneSeq(0.0, 0.0, 0.0, 0.0)
     job = Job(id=new_id("req"), model=turn.model, tier=batch_tier(gateway, tier, factor),
               role=STANDARD, requested_tier=BATCH_TIER, gen=gen,

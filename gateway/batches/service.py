@@ -66,7 +66,8 @@ class Batches:
         for name, group in groups.items():
             pool, _ = self.pool(self.gateway.spec.tiers[name])
             self._time(pool, group)
-        batch = Batch(new_id("batch" if kind == "openai" else "msgbatch"), kind, owner,
+        prefix = "batch" if kind == "openai" else "msgbatch"  # the providers' id prefixes
+        batch = Batch(new_id(prefix).replace("-", "_", 1), kind, owner,
                       endpoint, entries, self.config.time_scale,
                       self.config.completion_window_s, **extra)
         return self.store.add(batch)
