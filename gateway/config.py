@@ -274,6 +274,7 @@ class BatchesConfig(Strict):
     completion_window_s: float = Field(86400.0, gt=0)  # "24h": later requests expire
     max_requests: int = Field(50_000, gt=0)  # OpenAI: 50,000 requests per batch
     max_file_bytes: int = Field(200 * 1024 * 1024, gt=0)  # OpenAI: 200 MB per input file
+    max_stored_bytes: int = Field(1024**3, gt=0)  # all files kept in memory: uploads refused past it
 
 
 class Config(SimConfig):

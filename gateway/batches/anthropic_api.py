@@ -111,7 +111,7 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
     async def create(request: Request, me: Caller, base: str) -> Response:
         body = parse_body(await request.body(), batches.gateway.config.limits)
         lines = requests_of(body, batches.config.max_requests)
-        batch = batches.submit("anthropic", me.owner, "/v1/messages", lines, request.headers)
+        batch = await batches.submit("anthropic", me.owner, "/v1/messages", lines, request.headers)
         return json_response(card(batch, base))
 
     async def retrieve(request: Request, me: Caller, base: str) -> Response:

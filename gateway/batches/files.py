@@ -50,6 +50,10 @@ class FileStore:
     def __init__(self) -> None:
         self._files: dict[str, StoredFile] = {}
 
+    @property
+    def stored_bytes(self) -> int:
+        return sum(len(f.data) for f in self._files.values())
+
     def add(self, filename: str, purpose: str, data: bytes, owner: str | None) -> StoredFile:
         item = StoredFile(new_id("file"), filename, purpose, data, owner, int(time.time()))
         self._files[item.id] = item
@@ -87,7 +91,8 @@ def multipart(request: Request, raw: bytes) -> dict[str, tuple[str | None, bytes
     return parts
 
 
-async def upload(request: Request, store: FileStore, who: Caller, max_bytes: int) -> Response:
+async def upload(request: Request, store: FileStore, who: Caller, max_bytes: int,
+                 max_stored: int) -> Response:
     if int(request.headers.get("content-length") or 0) > max_bytes + 65536:
         raise APIError(413, f"The file is larger than {max_bytes} bytes.", param="file")
     parts = multipart(request, await request.body())
@@ -100,6 +105,10 @@ async def upload(request: Request, store: FileStore, who: Caller, max_bytes: int
     filename, data = parts["file"]
     if len(data) > max_bytes:
         raise APIError(413, f"The file is larger than {max_bytes} bytes.", param="file")
+    if store.stored_bytes + len(data) > max_stored:  # the files live in this process's memory
+        raise APIError(413, f"The server keeps at most {max_stored} bytes of files; delete "
+                       "some (DELETE /v1/files/{id}) first.", param="file",
+                       code="storage_full")
     item = store.add(filename or "upload.jsonl", purpose, data, who.owner)
     return json_response(item.card())
 

@@ -141,7 +141,6 @@ def parse_lines(data: bytes, endpoint: str, limit: int) -> tuple[list[Any], list
 
 def add_routes(app: FastAPI, batches: Batches) -> None:
     batches.publishers["openai"] = publish
-    cfg = batches.config
 
     def answer(fn: Any) -> Any:
         async def route(request: Request) -> Response:
@@ -152,7 +151,8 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
         return route
 
     async def create_file(request: Request, me: Caller) -> Response:
-        return await upload(request, batches.files, me, cfg.max_file_bytes)
+        return await upload(request, batches.files, me, batches.config.max_file_bytes,
+                            batches.config.max_stored_bytes)
 
     async def list_files(request: Request, me: Caller) -> Response:
         return listing(batches.files, me)
@@ -184,8 +184,8 @@ def add_routes(app: FastAPI, batches: Batches) -> None:
             raise bad_request("Missing required parameter: 'input_file_id'.",
                               param="input_file_id")
         source = batches.files.get(body["input_file_id"], me)
-        lines, errors = parse_lines(source.data, endpoint, cfg.max_requests)
-        batch = batches.submit("openai", me.owner, endpoint, [] if errors else lines,
+        lines, errors = parse_lines(source.data, endpoint, batches.config.max_requests)
+        batch = await batches.submit("openai", me.owner, endpoint, [] if errors else lines,
                                request.headers, metadata=body.get("metadata"),
                                input_file_id=source.id, errors=errors)
         return json_response(card(batch))

@@ -161,6 +161,24 @@ async def test_files_and_batches_belong_to_their_key(app) -> None:
     assert (await a.files.delete(f.id)).deleted
 
 
+async def test_uploads_are_bounded(app, monkeypatch) -> None:
+    """Files live in memory: one past ``max_file_bytes``, or past ``max_stored_bytes`` in
+    all, is a 413 naming the file, never an unbounded heap."""
+    cfg = app.state.batches.config
+    monkeypatch.setattr(app.state.batches, "config", cfg.model_copy(update={
+        "max_file_bytes": 4000, "max_stored_bytes": 6000}))
+    client = oai(app)
+    with pytest.raises(openai.APIStatusError) as e:
+        await client.files.create(file=("big.jsonl", b"x" * 5000), purpose="batch")
+    assert e.value.status_code == 413 and e.value.body["param"] == "file"
+    await client.files.create(file=("a.jsonl", b"x" * 3500), purpose="batch")
+    with pytest.raises(openai.APIStatusError) as e:
+        await client.files.create(file=("b.jsonl", b"x" * 3500), purpose="batch")
+    assert e.value.status_code == 413 and e.value.body["code"] == "storage_full"
+    with pytest.raises(openai.BadRequestError):
+        await client.files.create(file=("c.jsonl", b"{}"), purpose="nonsense")
+
+
 async def test_anthropic_message_batches(app) -> None:
     client = anthropic.AsyncAnthropic(base_url="http://t", api_key="ka",
                                       http_client=httpx2.AsyncClient(
