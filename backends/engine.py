@@ -17,7 +17,7 @@ from .perf import Placement
 from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
 from .profiles import Catalog
-from .reasoning import DEFAULT_MEDIANS, ReasoningProfile
+from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
 from .scheduler import Background, Limits, Scheduler
 from .speculative import speculative_placement
 from .tenants import TenantDemand, TenantInput, equilibrium
@@ -169,6 +169,8 @@ def model_behavior(cfg: BehaviorConfig) -> ModelBehavior:
                        **{str(k): v for k, v in cfg.reasoning_tokens.items()}},
         sigma=cfg.reasoning_sigma,
         budget_use=cfg.thinking_budget_use,
+        task_scale={**DEFAULT_TASK_SCALE,
+                    **{str(k): v for k, v in cfg.reasoning_task_scale.items()}},
     )
     defaults = ReplyLengths()
     replies = ReplyLengths(

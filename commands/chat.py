@@ -71,7 +71,10 @@ async def _chat(args: argparse.Namespace) -> int:
                     out.write("\n")
                 code = f" {event.code}" if event.code else ""
                 status = f" {event.status}" if event.status else ""
-                print(f"fastmode chat: error{status}{code}: {event.message}", file=sys.stderr)
+                hint = (f" (is a server running there? start one with `fastmode serve`, or pass "
+                        f"--url; tried {args.url})") if event.code == "connection_error" else ""
+                print(f"fastmode chat: error{status}{code}: {event.message}{hint}",
+                      file=sys.stderr)
                 return 1
             else:
                 continue

@@ -23,7 +23,10 @@ from starlette.types import Receive, Scope, Send
 
 from . import (
     admin,
+    batches,
+    conversations,
     dashboard,
+    embeddings,
     health,
     ledger,
     netem,
@@ -125,6 +128,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         yield
         await watchdog.stop()
         await background.stop()
+        await batch_api.close()
         await remote.stop(config.server.shutdown_grace_s)
         await gateway.stop(config.server.shutdown_grace_s)
 
@@ -144,6 +148,9 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     health.add_routes(app, gateway)
     dashboard.add_routes(app, gateway)  # /dashboard: the live view (gateway/dashboard)
     ledger.add_routes(app, gateway.state)
+    embeddings.add_routes(app, gateway)  # POST /v1/embeddings (gateway/embeddings.py)
+    conversations.add_routes(app)  # /v1/conversations: refused with a 400 (not served)
+    batch_api = batches.add_routes(app, gateway)  # /v1/files, /v1/batches, messages/batches
     if config.admin.enabled:
         admin.add_routes(app, gateway)
 

@@ -117,6 +117,10 @@ class EngineAdmission:
         self.jobs.add(job)
         return job
 
+    def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
+        """The mock model's reply on ``tier`` (a batch line's too: ``gateway.batches``)."""
+        return self._generate(request, tier, cap)
+
     def _generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
         r = request.generation
         thinks = (r.effort not in (None, "none")) or r.thinking_budget is not None

@@ -9,10 +9,18 @@ shutting down or no tier can serve (a load balancer should stop sending), and 20
 with the tiers that cannot serve named in the body, and ``"degraded"`` with the replicas out of
 routing (``unhealthy_replicas``) and those that failed lately (``recent_replica_failures``,
 ``gateway.replica_health``).
+
+vLLM's probe surface, answered as vLLM answers it, because load generators and orchestrators
+probe it before they start (guidellm validates its backend with ``GET /health`` and stops on
+anything but a 2xx): ``GET /health`` is 200 with an empty body (503 once a graceful shutdown
+began, as vLLM answers when its engine is gone); ``GET``/``POST /ping`` (SageMaker's) the
+same; ``GET /version`` ``{"version": ...}`` (fastmode's own); ``GET /load``
+``{"server_load": N}``, the turns in flight. Like vLLM's, none needs an API key.
 """
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 from fastapi import FastAPI
@@ -59,7 +67,29 @@ def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def version() -> str:
+    """fastmode's version as installed (the source tree's when it is not installed)."""
+    try:
+        return metadata.version("fastmode")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def add_routes(app: FastAPI, gateway: Gateway) -> None:
+    async def health() -> Response:
+        return Response(status_code=503 if gateway.draining else 200)
+
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/ping", health, methods=["GET", "POST"])
+
+    @app.get("/version")
+    async def version_route() -> Response:
+        return json_response({"version": version()})
+
+    @app.get("/load")
+    async def load() -> Response:
+        return json_response({"server_load": len(gateway.turns)})
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return json_response({"status": "ok", "tiers": list(gateway.spec.tiers)})

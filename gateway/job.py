@@ -23,6 +23,8 @@ from .caching import cache_write_premium
 from .roles import Role
 from .token_source import Reply, TokenSource
 
+COST_DIGITS = 9  # cost_usd in whole nano-dollars: no float noise (0.00029000000000000006)
+
 
 @dataclass(eq=False)
 class Job:
@@ -88,7 +90,7 @@ class Job:
         if self.cache_write_tokens:
             cost += cache_write_premium(prices.input, self.cache_write_tokens,
                                         self.cache_write_long_tokens)
-        return cost
+        return round(cost, COST_DIGITS)
 
     def time_info(self) -> dict[str, float]:
         """Modeled times in seconds (Cerebras' ``time_info`` convention). ``reasoning_time``
@@ -114,7 +116,6 @@ class Job:
             "completion_time": completion,
             "total_time": queue + prompt + completion + self.network_s,
             "network_time": self.network_s,  # emulated RTTs, included in queue_time
-            "created": float(self.created),
         }
 
     @property

@@ -219,5 +219,5 @@ class RemoteJob(Job):
         out["queue_time"] = out.get("queue_time", 0.0) + self.network_s
         out["total_time"] = out.get("total_time", 0.0) + self.network_s
         out["network_time"] = self.network_s
-        out["created"] = float(self.created)
+        out.pop("created", None)  # an older engine's: the response carries its own
         return out

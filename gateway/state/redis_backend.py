@@ -36,7 +36,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 import orjson
@@ -59,7 +58,6 @@ from .redis_link import RedisLink
 
 log = logging.getLogger("fastmode.state.redis")
 
-_ROW_FIELDS = [f.name for f in fields(UsageRow)]
 _SEP = "\x1f"
 
 # KEYS: the buckets; ARGV: amount, rate per s, burst for each. All or nothing: every bucket is
@@ -239,8 +237,7 @@ class RedisState(StateBackend):
         bg = self.link.slow
         raw = await self.link.call("usage", lambda: bg.zrangebyscore(
             self._k("usage"), since or 0.0, "+inf", start=0, num=limit))
-        return [UsageRow(**{f: d.get(f) for f in _ROW_FIELDS})
-                for d in (orjson.loads(_str(x)) for x in raw)]
+        return [UsageRow.from_dict(orjson.loads(_str(x))) for x in raw]
 
     # -- buckets ----------------------------------------------------------------------------
 

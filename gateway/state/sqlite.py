@@ -19,7 +19,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,6 +59,27 @@ _INSERT = (f"INSERT INTO usage ({', '.join(_ROW_FIELDS)}) "
            f"VALUES ({', '.join('?' * len(_ROW_FIELDS))})")
 _SUMS = ("COUNT(*), SUM(input_tokens), SUM(cached_input_tokens), SUM(output_tokens), "
          "SUM(reasoning_tokens), SUM(cost_usd)")
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a ledger written by an older fastmode up to ``UsageRow``: each field added since
+    becomes a column holding the field's default in the old rows (so ``SUM`` counts them as
+    0, not NULL); ``CREATE TABLE IF NOT EXISTS`` alone would leave the old table as it was."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for f in fields(UsageRow):
+        if f.name in have:
+            continue
+        default = f.default if f.default is not MISSING else None
+        db.execute(f"ALTER TABLE usage ADD COLUMN {f.name} DEFAULT {_sql_literal(default)}")
+        log.info("state: the ledger gained the column %s", f.name)
+
+
+def _sql_literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
 
 
 class SQLiteState(StateBackend):
@@ -105,6 +126,7 @@ class SQLiteState(StateBackend):
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(_SCHEMA)
+        _add_missing_columns(db)
         self._db = db
         for ns, scope, name, value in db.execute(
                 "SELECT namespace, scope, name, value FROM settings"):

@@ -58,6 +58,18 @@ async def test_page_and_assets_are_served_from_the_package(app_and_client) -> No
         assert missing.json()["error"]["code"] == "not_found"  # the OpenAI error body
 
 
+async def test_the_page_has_an_icon_from_the_package(app_and_client) -> None:
+    """Issue 27: the dashboard had no favicon (a 404 in every browser's console)."""
+    _, client = app_and_client
+    page = (await client.get("/dashboard")).text
+    assert '<link rel="icon" type="image/svg+xml" href="/dashboard/static/favicon.svg">' in page
+    icon = await client.get("/dashboard/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+    assert icon.content.startswith(b"<svg") and b"href" not in icon.content  # self-contained
+    root = await client.get("/favicon.ico")  # what a browser asks for by itself
+    assert root.status_code == 200 and root.content == icon.content
+
+
 async def test_state_shows_every_pool_replica_tier_and_the_fleet(app_and_client) -> None:
     app, client = app_and_client
     state = (await client.get("/dashboard/state")).json()

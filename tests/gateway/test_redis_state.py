@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -192,6 +193,31 @@ async def test_responses_usage_and_settings_are_shared(redis_url: str) -> None:
         assert b.settings("faults") == {("test-1", "rule"): {"kind": "503"}}
         assert await b.delete_settings("faults", "test-1") == 1
         assert await b.delete_response("resp_1") and await a.get_response("nope") is None
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_reasoning_tokens_are_summed_and_old_rows_still_read(redis_url: str) -> None:
+    """Reasoning tokens sum into the totals (issue 27); a row written before the field existed
+    (its JSON without the key) reads back with the default, not a crash or a None."""
+    import orjson
+    import redis.asyncio
+
+    a, b = await two(redis_url)
+    try:
+        a.append_usage(dataclasses.replace(row(1), reasoning_tokens=7))
+        b.append_usage(dataclasses.replace(row(2), reasoning_tokens=5))
+        await b.flush()
+        (total,) = await a.usage_totals()
+        assert (total.requests, total.reasoning_tokens) == (2, 12)
+        old = row(3).as_dict()
+        del old["reasoning_tokens"]
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await client.zadd(a._k("usage"), {orjson.dumps(old): old["ts"]})
+        await client.aclose()
+        rows = {r.request_id: r for r in await a.usage_rows()}
+        assert [rows[f"req-{i}"].reasoning_tokens for i in (1, 2, 3)] == [7, 5, 0]
     finally:
         await a.close()
         await b.close()

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..base import Lenient
 from ..openai_chat.schema import Effort, ServiceTier
+
+CONVERSATIONS_REFUSED = (
+    "conversations are not supported by this server; continue a conversation with "
+    "previous_response_id (responses are stored by default) or send the whole history in "
+    "input")
 
 
 class ResponsesTool(Lenient):
@@ -74,3 +80,12 @@ class ResponsesRequest(Lenient):
     truncation: Literal["auto", "disabled"] | None = None
     # run detached, polled with GET /v1/responses/{id} (gateway.background)
     background: StrictBool | None = None
+    # the Conversations API is not served: refused, never silently ignored (gateway.conversations)
+    conversation: Any = None
+
+    @field_validator("conversation")
+    @classmethod
+    def _no_conversations(cls, value: Any) -> Any:
+        if value is not None:
+            raise PydanticCustomError("unsupported", CONVERSATIONS_REFUSED)
+        return value
