@@ -26,7 +26,7 @@ def client(url: str) -> anthropic.Anthropic:
 
 
 def test_list_and_retrieve_in_anthropics_shape(quick_server: str) -> None:
-    page = client(quick_server).models.list()
+    page = client(quick_server).models.list(limit=100)  # one page (Anthropic's default: 20)
     assert [m.id for m in page.data] == MODELS
     assert page.first_id == MODELS[0] and page.last_id == MODELS[-1] and page.has_more is False
     for m in page.data:
