@@ -35,6 +35,7 @@ from . import (
 from .admission import Gateway
 from .config import Config, load_config
 from .errors import APIError
+from .host_lag import HostLag
 from .ids import new_id
 from .json_response import json_response
 from .limits import BodyLimit
@@ -106,12 +107,14 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)
+    lag = HostLag(gateway)  # fastmode_host_lag_seconds, its warning
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
         health_of_replicas.attach()  # replica failures: counted, their turns answered
+        lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
         watchdog.start()
@@ -129,6 +132,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.remote = remote
     app.state.watchdog = watchdog
     app.state.replica_health = health_of_replicas
+    app.state.host_lag = lag
     app.state.shutdown = shutdown
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
