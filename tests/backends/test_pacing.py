@@ -92,7 +92,7 @@ async def test_a_held_loop_slips_the_timeline_once_then_tokens_come_at_the_model
     # slip of host noise in it is longer by exactly that slip, checked above)
     after = [it for it in items if it[0] > held_after]
     assert all(new == 1 for _, new, _, _ in after)
-    for (t0, _, m0, _), (t1, _, m1, _) in zip(after, after[1:], strict=False):
+    for (_t0, _, m0, _), (t1, _, m1, _) in zip(after, after[1:], strict=False):
         step = first + t1 - 1
         if step not in slips:
             assert m1 - m0 == pytest.approx(ends[step] - ends[step - 1], abs=1e-9)
