@@ -100,6 +100,7 @@ async def stream_with_a_stall(turn: Turn, pushed: bool, stalls: int = 1) -> list
     async for chunk in turn.sse(push if pushed else None):
         sent.append(chunk)
         if not pushed:
+            assert turn.job is not None
             hold(turn.job.stream.delivered)
     return sent
 
@@ -111,6 +112,7 @@ async def test_a_held_loop_is_latency_counted_once_and_never_the_readers_lag(
     turn = await started(app)
     sent = await stream_with_a_stall(turn, pushed)
     job = turn.job
+    assert job is not None
     assert job.ended == COMPLETED and job.billed_output == TOKENS  # not cut as lagging
     assert sent[-1].endswith(b"data: [DONE]\n\n")
     # the stall shows once in the metric: one slip of about its length
