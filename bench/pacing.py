@@ -15,9 +15,10 @@ code path) to the other. The rows, all Chat Completions SSE on the spark tier (~
 - ``lone``: one user on the built-in config, ``--lone`` requests of 300 tokens in a row on
   ``/fast/v1`` then on ``/v1``: tokens/s p10..p90 (fastmode only: the modeled speed itself).
 
-fastmode's rates are against ``time_info``, which includes any host lag the replica slipped by
-(docs/streaming.md): the ``host lag`` column is what ``fastmode_host_lag_seconds`` counted
-during the row (slips, seconds in all), so "on pace" is a rate near 100% with no host lag.
+fastmode's rates are against the model's own pace: ``time_info`` without the host lag the
+replica slipped by (``completion_host_lag_time``, docs/streaming.md), so a host that could not
+keep up shows as a slower stream; the ``host lag`` column is what ``fastmode_host_lag_seconds``
+counted during the row (slips, seconds in all). On pace: rates near 100%, no host lag.
 
 Usage: python bench/pacing.py [--rows steady,burst,...] [--repeat N] [--tokens N] [--lone N]
 """

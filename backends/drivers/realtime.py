@@ -250,7 +250,7 @@ class RealtimeReplica(Replica):
 
     def _deliver(self, result: StepResult) -> None:
         """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence
-        whose first token this was; nothing per sequence of the batch."""
+        whose first or last token this was; nothing per sequence of the batch."""
         self.done_index, self.done_end = result.index, result.end
         futs = self._at.pop(result.index, None)
         if futs is not None:
@@ -259,10 +259,17 @@ class RealtimeReplica(Replica):
                     fut.deliver()  # a listener writes its event now
                 elif not fut.done():
                     fut.set_result(None)
+        slipped = self.slipped  # each request's host lag is read off these marks
         for seq in result.first_tokens:
             stream = seq.tag
-            if isinstance(stream, TokenStream) and stream.waits_first:
-                stream.wake()
+            if isinstance(stream, TokenStream):
+                stream.lag_first = slipped
+                if stream.waits_first:
+                    stream.wake()
+        for seq in result.finished:
+            stream = seq.tag
+            if isinstance(stream, TokenStream):
+                stream.lag_end = slipped
 
 
 class RealtimeDriver(Driver[RealtimeReplica]):

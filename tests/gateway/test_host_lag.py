@@ -77,6 +77,11 @@ def lag_buckets(app: Any) -> dict[str, float]:
     return out
 
 
+def sse_events(chunks: list[bytes]) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in b"".join(chunks).split(b"\n")
+            if line.startswith(b"data: {")]
+
+
 async def stream_with_a_stall(turn: Turn, pushed: bool, stalls: int = 1) -> list[bytes]:
     """The turn's SSE bytes, the event loop held ``STALL`` s after each quarter of the reply
     (``stalls`` times): inside the engine's step (push mode) or in the reader."""
@@ -121,12 +126,19 @@ async def test_a_held_loop_is_latency_counted_once_and_never_the_readers_lag(
     assert b["fastmode_host_lag_seconds_sum"] >= STALL - 0.05
     # ... and in time_info: the model's timeline moved by the slips (a client measuring the
     # stream sees what time_info says)
-    events = [orjson.loads(line[6:]) for line in b"".join(sent).split(b"\n")
-              if line.startswith(b"data: {")]
-    info = next(e["time_info"] for e in events if "time_info" in e)
+    info = next(e["time_info"] for e in sse_events(sent) if "time_info" in e)
     seq = job.stream.seq
     assert info["completion_time"] == pytest.approx(seq.finished_at - seq.first_token_at)
     assert info["completion_time"] >= STALL
+    # time_info says how much of that the host added: taken out, the model's own times are
+    # those of the same request served without a stall
+    assert info["completion_host_lag_time"] >= STALL - 0.05
+    assert info["host_lag_time"] >= info["completion_host_lag_time"]
+    calm = await started(app)
+    calm_sent = [chunk async for chunk in calm.sse()]
+    calm_info = next(e["time_info"] for e in sse_events(calm_sent) if "time_info" in e)
+    assert (info["completion_time"] - info["completion_host_lag_time"]) == pytest.approx(
+        calm_info["completion_time"] - calm_info["completion_host_lag_time"], rel=0.05)
     # one warning, naming the tier and what to do
     warnings = [r.getMessage() for r in caplog.records if "host lag" in r.getMessage()]
     assert len(warnings) == 1
