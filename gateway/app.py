@@ -38,6 +38,7 @@ from .errors import APIError
 from .host_lag import HostLag
 from .ids import new_id
 from .json_response import json_response
+from .lane import Endpoint, Lane
 from .limits import BodyLimit
 from .protocols.anthropic_messages import count_tokens
 from .remote import RemoteTiers
@@ -74,13 +75,21 @@ class _App(FastAPI):
     server's send through this app's ``send`` argument, so it sees every byte either way."""
 
     raw_send_ok: bool | None = None  # decided at the first request (middleware is fixed then)
+    lane: Lane | None = None  # the model endpoints past the framework (``gateway.lane``)
+    endpoints: dict[str, Endpoint]  # path -> model endpoint, for the lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ok = self.raw_send_ok
         if ok is None:
             ok = self.raw_send_ok = _raw_send_ok(self)
+            if ok:  # (a middleware that may rewrite bodies sees every request: no lane)
+                self.lane = Lane(self, self.endpoints, internal_error)
         if ok:
             scope[RAW_SEND] = send
+            lane = self.lane
+            if lane is not None and lane.takes(scope):
+                await lane.asgi(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -148,6 +157,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
 
     bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     hot: list[Route] = []
+    app.endpoints = {}
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
         _model_routes(app, gateway, prefix, fast)
         for path, protocol in protocols.ENDPOINTS.items():
@@ -156,6 +166,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
                               openapi_extra=_request_body(protocol.schema, bodies,
                                                           gateway.models))
             hot.append(Route(prefix + path, endpoint, methods=["POST"]))
+            app.endpoints[prefix + path] = endpoint
     # The model endpoints are served by plain Starlette routes in front of FastAPI's: the
     # endpoint takes the Request and answers itself (no dependencies to solve), and FastAPI's
     # per-request wrapping (exit stacks, dependency solving, telemetry) was a quarter of a
