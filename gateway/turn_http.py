@@ -44,6 +44,8 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # middleware that may rewrite bodies, e.g. GZip), every byte goes through ``send``, from the
 # turn's own task.
 RAW_SEND = "fastmode.send"
+# (a type spelled once: ``cast`` evaluates its type argument at every call)
+_Write = Callable[[Message], Coroutine[Any, Any, None]]
 
 
 class TurnStream(StreamingResponse):
@@ -98,7 +100,7 @@ class TurnStream(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
-        self._write = cast(Callable[[Message], Coroutine[Any, Any, None]], write)
+        self._write = cast(_Write, write)
         try:
             async for chunk in self.body_iterator:
                 turn.writing_since = clock()

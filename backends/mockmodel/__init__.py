@@ -45,7 +45,7 @@ from .schema_check import validate_arguments, validate_value
 from .schema_subset import SchemaRejected, check_schema
 from .schema_values import generate_value
 from .scripts import match_script, scripted
-from .streams import Streams, request_digest
+from .streams import Streams
 from .structured import structured_reply
 from .thinking import think
 from .toolcalls import make_calls, wants_tool
@@ -92,7 +92,7 @@ def generate(
     ``max_tokens`` caps reasoning and reply together (reasoning first, as a model generates
     them); ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
     """
-    streams = Streams(request_digest(req))
+    streams = Streams(req)  # hashed when a stream is first asked for
     total = None if req.max_tokens is None else req.max_tokens + req.reasoning_room
     reasoning = think(req, behavior.reasoning, streams, total)
     if reasoning is not None and req.max_tokens is not None:
