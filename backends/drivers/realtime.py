@@ -231,6 +231,7 @@ class RealtimeReplica(Replica):
         timeline by that much from this step on (see the module doc) and report it. O(1) plus
         the sequences this step started or ended."""
         result.end += by
+        result.slip = by
         for seq in result.first_tokens:
             seq.first_token_at += by
         for seq in result.finished:

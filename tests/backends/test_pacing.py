@@ -57,7 +57,13 @@ async def test_a_held_loop_slips_the_timeline_once_then_tokens_come_at_the_model
     ends = virtual_ends(spark)
     starts: list[float] = []
     slips: dict[int, float] = {}  # step index -> seconds the timeline moved there
-    pool = Pool(spark, on_step=lambda _r, res: starts.append(res.start))
+    stepped: dict[int, float] = {}  # step index -> the slip its result carries
+
+    def on_step(_r, res) -> None:
+        starts.append(res.start)
+        stepped[res.index] = res.slip
+
+    pool = Pool(spark, on_step=on_step)
     pool.fleet.driver.on_lag = lambda r, s: slips.__setitem__(r.scheduler.step_index, s)
     stream = pool.submit(PROMPT, OUTPUT)
     loop = asyncio.get_running_loop()
@@ -101,5 +107,7 @@ async def test_a_held_loop_slips_the_timeline_once_then_tokens_come_at_the_model
     for _tokens, _new, modeled, read in items:
         assert read >= modeled - 1e-4
     assert max(read - modeled for _, _, modeled, read in after) < STALL / 6
+    # each step's result says by how much its end slipped (its model duration is the rest)
+    assert {i: s for i, s in stepped.items() if s} == slips
     replica = pool.replicas[0]  # the replica's own totals: what the dashboard reads
     assert replica.slips == len(slips) and replica.slipped == pytest.approx(sum(slips.values()))
