@@ -53,6 +53,8 @@ PY = sys.executable
 PROMPT = "fastmode-bench: stream the scripted reply"
 CHAT = PROTOCOLS["chat"]
 ROWS = ("steady", "burst", "interval8", "requests", "lone")
+# a lone user's modeled tok/s per tier (``fastmode predict --tier T``, the built-in config)
+RATES = {"spark": 1173.0, "fast": 155.3, "standard": 64.5}
 
 
 async def metric_sum(port: int, name: str) -> tuple[float, float]:
@@ -216,6 +218,15 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         if key == "burst":
             out.append(f"| {label}: fewest reads of a stream's {args.tokens} tokens | "
                        f"{min(r['reads'] for r in f)} | {min(r['reads'] for r in b)} | | |")
+    for key, interval in (("steady", 1), ("interval8", 8)):  # what one core carries
+        if key in res:
+            cells = []
+            for name in ("fastmode", "bare"):
+                cpu = statistics.median(r["cpu_us"] for r in res[key][name]) * 1e-6
+                cells.append(" / ".join(f"{1 / (cpu * rate):,.0f}" for rate in RATES.values()))
+            out.append(f"| streams one core carries at interval {interval} "
+                       f"({' / '.join(RATES)}: 1 core / (CPU per token x modeled tok/s)) | "
+                       f"{cells[0]} | {cells[1]} | | |")
     if "requests" in res:
         f, b = res["requests"]["fastmode"], res["requests"]["bare"]
         ratio = statistics.median(r["cpu_us"] for r in f) / statistics.median(
