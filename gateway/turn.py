@@ -88,6 +88,7 @@ class Turn:
         self.writing_since = 0.0  # loop time the pending write began (0: none pending)
         self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
         self.write_error: BaseException | None = None  # what a pushed write raised
+        self.closing = False  # the closing events are the next (and last) thing yielded
 
     # -- admission ------------------------------------------------------------------------
 
@@ -270,10 +271,14 @@ class Turn:
                     if lag > max_lag:
                         self.lagged(lag, max_lag)
                         break
+                fault = self.stream_fault
                 if pending is not None:
+                    if fault is None or start + n < fault.after:  # one write with the tokens
+                        yield pending + tokens(start, n)
+                        pending = None
+                        continue
                     yield pending
                     pending = None
-                fault = self.stream_fault
                 if fault is None or start + n < fault.after:
                     yield tokens(start, n)
                     continue
@@ -300,6 +305,7 @@ class Turn:
                 if self.cut or job.settled:
                     return
             self.complete()
+            self.closing = True  # the last events: the transport may end the body with them
             yield frame(enc.closing())
         except asyncio.CancelledError:
             self._as_sent()  # a cancelled websocket turn answers with the partial output

@@ -101,10 +101,15 @@ class TurnStream(StreamingResponse):
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
         self._write = cast(_Write, write)
+        ended = False
         try:
             async for chunk in self.body_iterator:
                 turn.writing_since = clock()
-                await write({"type": "http.response.body", "body": chunk, "more_body": True})
+                if turn.closing and not ended:  # the last events end the body: one write
+                    ended = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                else:
+                    await write({"type": "http.response.body", "body": chunk, "more_body": True})
                 turn.writing_since = 0.0
         except asyncio.CancelledError:
             # the watchdog's cancel of a write to a reader that stopped reading: end here,
@@ -115,7 +120,7 @@ class TurnStream(StreamingResponse):
             raise
         finally:
             turn.writer = None
-        if turn.cut:
+        if turn.cut or ended:
             return  # a `cut` fault: the connection drops mid-stream
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
