@@ -76,7 +76,7 @@ class TurnStream(StreamingResponse):
             gone = True
             task.cancel()
 
-        listener = asyncio.ensure_future(listen())
+        listener = task.get_loop().create_task(listen())
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
