@@ -103,7 +103,10 @@ def prose(tokens: int) -> tuple[str, float]:
 
 def rate_ratio(r: dict[str, Any], interval: int) -> float:
     """Received tokens/s over the modeled rate, after the first 10% of tokens (the start of a
-    level is a burst of request parsing: that is TTFT, not streaming rate)."""
+    level is a burst of request parsing: that is TTFT, not streaming rate). The modeled rate
+    is the model's alone: ``time_info`` without the host lag the replica slipped by
+    (``completion_host_lag_time``), so a host that could not keep up shows as a slower
+    stream, not as a model that was slower."""
     series, info, n = r["series"], r["info"], int(r["tokens"])
     if not info or n < 20 or info.get("completion_time", 0) <= 0 or not series:
         return 0.0
@@ -116,7 +119,8 @@ def rate_ratio(r: dict[str, Any], interval: int) -> float:
     (t0, c0), (t1, c1) = marks[k], marks[-1]
     if t1 <= t0:
         return 0.0
-    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / float(info["completion_time"]))
+    modeled = float(info["completion_time"]) - float(info.get("completion_host_lag_time", 0.0))
+    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / modeled)
 
 
 async def level(port: int, pid: int, proto: Proto, n: int, tokens: int, interval: int,

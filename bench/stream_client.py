@@ -294,4 +294,6 @@ async def capture(port: int, proto: Proto, prompt: str, tokens: int,
     return {"opening": sep.join(events[:first]) + (sep if first and sep else ""),
             "events": events[first:last + 1],
             "closing": sep.join(events[last + 1:]) + (sep if sep else ""),
-            "tokens": n, "interval": interval, "itl": info["completion_time"] / max(n - 1, 1)}
+            "tokens": n, "interval": interval,  # the model's pace, without host lag
+            "itl": (info["completion_time"] - info.get("completion_host_lag_time", 0.0))
+            / max(n - 1, 1)}

@@ -41,7 +41,9 @@ from .background import Background
 from .cassettes import hooks as cassettes
 from .config import Config, load_config
 from .errors import APIError
+from .host_lag import HostLag
 from .ids import new_id
+from .lane import Endpoint, Lane
 from .limits import BodyLimit
 from .models_api import add_routes as add_model_routes
 from .protocols.anthropic_messages import count_tokens
@@ -80,13 +82,21 @@ class _App(FastAPI):
     server's send through this app's ``send`` argument, so it sees every byte either way."""
 
     raw_send_ok: bool | None = None  # decided at the first request (middleware is fixed then)
+    lane: Lane | None = None  # the model endpoints past the framework (``gateway.lane``)
+    endpoints: dict[str, Endpoint]  # path -> model endpoint, for the lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ok = self.raw_send_ok
         if ok is None:
             ok = self.raw_send_ok = _raw_send_ok(self)
+            if ok:  # (a middleware that may rewrite bodies sees every request: no lane)
+                self.lane = Lane(self, self.endpoints, internal_error)
         if ok:
             scope[RAW_SEND] = send
+            lane = self.lane
+            if lane is not None and lane.takes(scope):
+                await lane.asgi(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -116,12 +126,14 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)
+    lag = HostLag(gateway)  # fastmode_host_lag_seconds, its warning
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
         health_of_replicas.attach()  # replica failures: counted, their turns answered
+        lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
         watchdog.start()
@@ -142,6 +154,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.remote = remote
     app.state.watchdog = watchdog
     app.state.replica_health = health_of_replicas
+    app.state.host_lag = lag
     app.state.shutdown = shutdown
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
@@ -160,6 +173,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
 
     bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     hot: list[Route] = []
+    app.endpoints = {}
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
         add_model_routes(app, gateway, prefix, fast)  # OpenAI's or Anthropic's shape
         for path, protocol in protocols.ENDPOINTS.items():
@@ -168,6 +182,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
                               openapi_extra=_request_body(protocol.schema, bodies,
                                                           gateway.models))
             hot.append(Route(prefix + path, endpoint, methods=["POST"]))
+            app.endpoints[prefix + path] = endpoint
     # The model endpoints are served by plain Starlette routes in front of FastAPI's: the
     # endpoint takes the Request and answers itself (no dependencies to solve), and FastAPI's
     # per-request wrapping (exit stacks, dependency solving, telemetry) was a quarter of a

@@ -60,7 +60,8 @@ class EngineAdmission:
             await self.fleet.stop()
 
     def _stepped(self, replica: RealtimeReplica, result: StepResult) -> None:
-        self._step_s[id(replica.scheduler)] = result.end - result.start
+        # the model's step (a host that served it late slipped its end: not the model's)
+        self._step_s[id(replica.scheduler)] = result.end - result.start - result.slip
 
     def step_seconds(self, sched: Scheduler) -> float:
         """The duration of the replica's last step (0 before its first): the unit of the

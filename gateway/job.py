@@ -95,7 +95,10 @@ class Job:
     def time_info(self) -> dict[str, float]:
         """Modeled times in seconds (Cerebras' ``time_info`` convention). ``reasoning_time``
         (fastmode's) is the part of ``completion_time`` spent thinking before the first visible
-        token: the visible TTFT is ``queue_time + prompt_time + reasoning_time``."""
+        token: the visible TTFT is ``queue_time + prompt_time + reasoning_time``. The times are
+        those the client got: when the host served the engine late, its timeline slipped
+        (docs/streaming.md) and ``host_lag_time`` (fastmode's) is how much of ``total_time`` the
+        host added, ``completion_host_lag_time`` the part of it within ``completion_time``."""
         seq = self.stream.seq
         arrival = seq.arrival
         admitted = seq.admitted_at if seq.admitted_at >= 0 else arrival
@@ -105,6 +108,7 @@ class Job:
         prompt = max(0.0, first - admitted)
         completion = max(0.0, last - first)
         # reasoning tokens come first: the first visible token is token number `thought`
+        lag, completion_lag = self.stream.host_lag()
         thought = self.gen.reasoning_tokens
         visible = first
         if thought and self.delivered:
@@ -116,6 +120,8 @@ class Job:
             "completion_time": completion,
             "total_time": queue + prompt + completion + self.network_s,
             "network_time": self.network_s,  # emulated RTTs, included in queue_time
+            "host_lag_time": lag,  # the host's, not the model's: included in the times above
+            "completion_host_lag_time": completion_lag,  # ... in completion_time
         }
 
     @property

@@ -64,6 +64,10 @@ class BodyLimit:
                         "Invalid Content-Length header.")
                     await self.answer(scope["path"], error)(scope, receive, send)
                     return
+                # the server reads no more than the declared length (an HTTP/1.1 message
+                # ends there): nothing left to count
+                await self.app(scope, receive, send)
+                return
         seen = 0
 
         async def counted() -> Message:

@@ -54,6 +54,8 @@ class Router:
         self.spec = spec
         reference = spec.tiers[config.pricing.reference_tier].prices
         self.pricing = {m: PriceRule.of_route(r, reference) for m, r in config.routes.items()}
+        # (model, role asked) -> Routed: the config is fixed, so a route is resolved once
+        self._routed: dict[tuple[str, str], Routed] = {}
 
     @property
     def models(self) -> list[str]:
@@ -63,6 +65,12 @@ class Router:
               ) -> Routed:
         """The role and tier serving ``asked`` for ``model``: 404 for an unknown model, 400
         for a role the model does not offer and may not be served standard."""
+        routed = self._routed.get((model, asked))
+        if routed is None:
+            routed = self._routed[(model, asked)] = self._route(model, asked, param)
+        return routed
+
+    def _route(self, model: str, asked: str, param: str) -> Routed:
         route = self.config.routes.get(model)
         if route is None:
             raise APIError(

@@ -96,6 +96,7 @@ class Turn:
         self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
         self.write_error: BaseException | None = None  # what a pushed write raised
         self.tape: Tape | None = None  # recording this turn (``--record``, gateway.cassettes)
+        self.closing = False  # the closing events are the next (and last) thing yielded
 
     # -- admission ------------------------------------------------------------------------
 
@@ -293,12 +294,20 @@ class Turn:
                     if lag > max_lag:
                         self.lagged(lag, max_lag)
                         break
+                fault = self.stream_fault
                 if pending is not None:
+                    if fault is None or start + n < fault.after:  # one write with the tokens
+                        if trace is not None:
+                            sent = monotonic()
+                            trace.event(None, sent, 0)
+                            trace.event(stream.due_at(start, n), sent, n)
+                        yield pending + tokens(start, n)
+                        pending = None
+                        continue
                     if trace is not None:
                         trace.event(None, monotonic(), 0)
                     yield pending
                     pending = None
-                fault = self.stream_fault
                 if fault is None or start + n < fault.after:
                     if trace is not None:
                         trace.event(stream.due_at(start, n), monotonic(), n)
@@ -334,6 +343,7 @@ class Turn:
                 if self.cut or job.settled:
                     return
             self.complete()
+            self.closing = True  # the last events: the transport may end the body with them
             if trace is not None:
                 trace.event(None, monotonic(), 0)
             yield frame(enc.closing())

@@ -45,6 +45,8 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 # middleware that may rewrite bodies, e.g. GZip), every byte goes through ``send``, from the
 # turn's own task.
 RAW_SEND = "fastmode.send"
+# (a type spelled once: ``cast`` evaluates its type argument at every call)
+_Write = Callable[[Message], Coroutine[Any, Any, None]]
 
 
 class TurnStream(StreamingResponse):
@@ -75,7 +77,7 @@ class TurnStream(StreamingResponse):
             gone = True
             task.cancel()
 
-        listener = asyncio.ensure_future(listen())
+        listener = task.get_loop().create_task(listen())
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -99,11 +101,16 @@ class TurnStream(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
-        self._write = cast(Callable[[Message], Coroutine[Any, Any, None]], write)
+        self._write = cast(_Write, write)
+        ended = False
         try:
             async for chunk in self.body_iterator:
                 turn.writing_since = clock()
-                await write({"type": "http.response.body", "body": chunk, "more_body": True})
+                if turn.closing and not ended:  # the last events end the body: one write
+                    ended = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                else:
+                    await write({"type": "http.response.body", "body": chunk, "more_body": True})
                 turn.writing_since = 0.0
         except asyncio.CancelledError:
             # the watchdog's cancel of a write to a reader that stopped reading: end here,
@@ -114,7 +121,7 @@ class TurnStream(StreamingResponse):
             raise
         finally:
             turn.writer = None
-        if turn.cut:
+        if turn.cut or ended:
             return  # a `cut` fault: the connection drops mid-stream
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -18,7 +18,7 @@ from .base import (
     new_sequence,
     pick_replica,
 )
-from .realtime import RealtimeDriver, RealtimeReplica
+from .realtime import PACING_TOLERANCE_S, RealtimeDriver, RealtimeReplica
 from .realtime_fleet import PoolHandle, RealtimeFleet
 from .supervisor import ReplicaFailure, Supervisor
 from .token_stream import TokenStream
@@ -26,6 +26,7 @@ from .virtual import Arrival, VirtualDriver
 
 __all__ = [
     "OVERLOADED",
+    "PACING_TOLERANCE_S",
     "TOO_LARGE",
     "Arrival",
     "Driver",

@@ -66,7 +66,8 @@ class TokenStream(CountStream):
     """
 
     __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
-                 "waits_first", "_cancelled", "_fut", "_i0", "_i1", "_t1", "_listener")
+                 "waits_first", "lag_first", "lag_end", "_lag0", "_cancelled", "_fut", "_i0",
+                 "_i1", "_t1", "_listener")
 
     def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
                  interval: int = 1) -> None:
@@ -85,6 +86,10 @@ class TokenStream(CountStream):
         self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
         self.watched_at = -1.0
         self._listener: Callable[[int, int], bool] | None = None  # push mode (``listen``)
+        # the replica's ``slipped`` (host lag, seconds) when the request arrived, at its first
+        # token and at its last (set by the replica, once each): ``host_lag``
+        self._lag0 = replica.slipped
+        self.lag_first = self.lag_end = -1.0
 
     def take(self) -> int:
         """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
@@ -232,6 +237,16 @@ class TokenStream(CountStream):
         modeled time."""
         return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
 
+    def host_lag(self) -> tuple[float, float]:
+        """Seconds the host added to this request's modeled times (its replica's timeline
+        slipped, ``backends.drivers.realtime``): in all, and the part of it between the first
+        token and the last (what slowed its tokens, not its first one). Up to now for a
+        request not finished."""
+        now = self.replica.slipped
+        end = self.lag_end if self.lag_end >= 0 else now
+        first = self.lag_first if self.lag_first >= 0 else end
+        return end - self._lag0, end - first
+
     @property
     def finished(self) -> bool:
         return self.delivered >= self.seq.output_tokens
@@ -255,6 +270,7 @@ class TokenStream(CountStream):
         its tokens now come from ``seq`` on ``replica``; a reader waiting for the first token
         is woken by that replica."""
         self.seq, self.replica = seq, replica
+        self._lag0 = replica.slipped  # (what the failed replica slipped before is not counted)
 
     def wake(self) -> None:
         """End the reader's wait (it then looks again: a cancelled stream ends); a listener is

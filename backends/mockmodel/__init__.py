@@ -47,7 +47,7 @@ from .schema_check import validate_arguments, validate_value
 from .schema_subset import SchemaRejected, check_schema
 from .schema_values import generate_value
 from .scripts import match_script, scripted
-from .streams import Streams, request_digest
+from .streams import Streams
 from .structured import structured_reply
 from .thinking import think
 from .toolcalls import make_calls, wants_tool
@@ -96,7 +96,7 @@ def generate(
     half the cap (a short answer or a tool call whole, a long one at least half the cap).
     ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
     """
-    streams = Streams(request_digest(req))
+    streams = Streams(req)  # hashed when a stream is first asked for
     reply = _reply(req, quality, scripts, behavior, streams)
     if req.max_tokens is None:
         return with_reasoning(reply, think(req, behavior.reasoning, streams, None))

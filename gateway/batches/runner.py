@@ -86,6 +86,9 @@ class DoneStream:
     def produced(self) -> int:
         return self.delivered
 
+    def host_lag(self) -> tuple[float, float]:
+        return 0.0, 0.0  # modeled ahead on a virtual clock: no host in the way
+
     def cancel(self) -> None:
         return None
 

@@ -107,6 +107,9 @@ class ReplayStream(CountStream):
     def produced(self) -> int:
         return self.tokens[self.delivered]
 
+    def host_lag(self) -> tuple[float, float]:
+        return 0.0, 0.0  # the recorded times are the recording's own: no host lag to tell apart
+
     def cancel(self) -> None:
         if self.seq.state not in (CANCELLED, FINISHED):
             self.seq.state = CANCELLED

@@ -147,6 +147,11 @@ class UpstreamStream(CountStream):
         """What arrived is what was produced (the upstream bills the rest itself)."""
         return self.delivered + self._ready
 
+    def host_lag(self) -> tuple[float, float]:
+        """The times here are observed, not modeled: nothing to tell apart (an upstream
+        fastmode engine reports its own ``host_lag_time``)."""
+        return 0.0, 0.0
+
     async def _drain(self) -> None:
         """After [DONE]: read the end of the HTTP message so the connection can be reused."""
         assert self.chunks is not None

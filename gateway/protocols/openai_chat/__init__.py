@@ -7,7 +7,7 @@ from typing import Any
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_units, openai_prefix
+from ...caching import chat_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
@@ -64,17 +64,18 @@ class ChatProtocol(Protocol):
             parallel_tool_calls=req.parallel_tool_calls is not False,
         )
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        prompt = count_chat_prompt(messages, tools or None)
         return TurnRequest(
             model=req.model,
             role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
             generation=gen,
-            prompt_tokens=count_chat_prompt(messages, tools or None),
+            prompt_tokens=prompt,
             max_tokens=cap,
             stream=req.stream,
             authorization=ctx.headers.get("authorization"),
             messages=messages,
-            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
-                                 req.prompt_cache_retention),
+            prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
+                               req.prompt_cache_retention),
         )
 
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:

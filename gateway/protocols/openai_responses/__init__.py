@@ -11,7 +11,7 @@ from typing import Any
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_units, openai_prefix
+from ...caching import chat_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
@@ -73,8 +73,8 @@ class ResponsesProtocol(Protocol):
             cached_tokens=min(cached, prompt - 1),
             messages=messages,
             reasoning_param="reasoning.effort",
-            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
-                                 req.prompt_cache_retention, prompt),
+            prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
+                               req.prompt_cache_retention),
         )
 
     def encoder(self, job: Job, req: ResponsesRequest, turn: TurnRequest) -> ResponsesEncoder:
