@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from gateway_overhead import bench_config, prose, rate_ratio
-from harness import (
+
+from bench.gateway_overhead import bench_config, prose, rate_ratio
+from bench.harness import (
     ROOT,
     cores,
     cpu_seconds,
@@ -47,7 +48,7 @@ from harness import (
     stop,
     wait_healthy,
 )
-from stream_client import PROTOCOLS, Proto, _chat_final, _user, capture, stream
+from bench.stream_client import PROTOCOLS, Proto, capture, chat_final, stream, user_messages
 
 PY = sys.executable
 PROMPT = "fastmode-bench: stream the scripted reply"
@@ -123,7 +124,7 @@ def chat_to(model: str) -> Proto:
     return Proto("Chat SSE", "/v1/chat/completions", False, CHAT.marker,
                  lambda p, n: {"model": model, "stream": True, "max_tokens": n,
                                "stream_options": {"include_usage": True},
-                               "messages": _user(p)}, _chat_final)
+                               "messages": user_messages(p)}, chat_final)
 
 
 async def lone(port: int, path: str, k: int, tokens: int = 300) -> list[float]:

@@ -101,7 +101,9 @@ class ReplayAdmission:
     def _modeled(self, ticket: Ticket, rec: Recording, tier: Tier) -> Job:
         """The recorded reply on ``tier``'s engine: paced and priced there."""
         tr = rec.transcript
-        job = self.engine.admit_now(dataclasses.replace(ticket, tier=tier),
+        job = self.engine.admit_now(dataclasses.replace(
+            ticket, tier=tier,  # the tier's own prices: not the model's era for the role asked
+            decision=dataclasses.replace(ticket.decision, pricing=None)),
                                     reply=generation(tr))
         job.id = tr.job_id(rec.entry.protocol) or job.id
         if isinstance(tr.created, int):

@@ -79,8 +79,8 @@ async def test_a_body_over_the_limit_read_as_it_streams_in_is_a_413_in_the_route
 
 async def test_other_requests_take_the_full_stack(client: Any) -> None:
     app, c = client
-    wrong = await c.get("/v1/chat/completions")  # the lane takes POST only
+    wrong = await c.put("/v1/chat/completions")  # the lane takes POST only (GET: stored)
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
-    assert not app.lane.takes({"type": "http", "method": "GET", "path": "/v1/chat/completions"})
+    assert not app.lane.takes({"type": "http", "method": "PUT", "path": "/v1/chat/completions"})
     models = await c.get("/v1/models")
     assert models.status_code == 200
