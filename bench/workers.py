@@ -102,10 +102,14 @@ class Stream:
         # the role chunk ({"role":"assistant","content":""...) does not match the pattern
 
     def rate_ratio(self) -> float:
-        """Steady received rate (tokens 10%..end) over the modeled rate."""
+        """Steady received rate (tokens 10%..end) over the modeled rate: the model's own,
+        without the host lag a replica slipped by (``completion_host_lag_time``), so a gateway
+        that could not keep up shows as a slower stream."""
         if self.time_info is None or len(self.marks) < 3:
             return 0.0
-        modeled = (self.tokens - 1) / float(self.time_info["completion_time"])
+        info = self.time_info
+        modeled = (self.tokens - 1) / (float(info["completion_time"])
+                                       - float(info.get("completion_host_lag_time", 0.0)))
         start = next(m for m in self.marks if m[1] >= self.tokens * 0.1)
         end = self.marks[-1]
         if end[0] <= start[0]:
