@@ -35,8 +35,11 @@ serve: $(RUNTIME_STAMP)
 
 # the programs the suites run that pip cannot install (redis-server, Chromium and its driver;
 # docker-compose for test-integration), from Debian's packages when missing
+# (PROGRAM:PACKAGE; apt-get install PACKAGE when PROGRAM is not on the PATH)
+TEST_PROGRAMS := redis-server:redis-server chromium:chromium chromedriver:chromium-driver
+INTEGRATION_PROGRAMS := redis-server:redis-server docker-compose:?docker-compose
 system-deps:
-	bash scripts/system_deps.sh test
+	bash scripts/system_deps.sh $(TEST_PROGRAMS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -51,7 +54,7 @@ test: $(DEV_STAMP) system-deps
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a
 # check that every command the compose file runs exists (docker-compose config -q if installed).
 test-integration: $(DEV_STAMP)
-	bash scripts/system_deps.sh integration
+	bash scripts/system_deps.sh $(INTEGRATION_PROGRAMS)
 	$(BIN)/python scripts/check_compose.py
 	$(BIN)/python scripts/integration.py
 

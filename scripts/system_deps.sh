@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# The programs the test suites run that pip cannot install, from Debian's packages when missing:
-#   test:         redis-server (tests/gateway/test_redis_state.py), chromium + chromium-driver
-#                 (tests/gateway/test_dashboard.py drives Debian's Chromium with selenium;
-#                 nothing downloads a browser)
-#   integration:  redis-server (the compose topology's redis service, scripts/integration.py),
-#                 and docker-compose when it can be had (scripts/check_compose.py then runs
-#                 `docker-compose config -q`; without it the check is structural only)
-# `make test` and `make test-integration` run this first, so a fresh machine needs nothing by
-# hand. Whatever is already on the PATH is left alone; a required program that cannot be
-# installed stops the run here, with its name, rather than as skipped or failing tests later.
+# The programs the test suites run that pip cannot install, from Debian's packages when missing.
+# The Makefile names them, as PROGRAM:PACKAGE pairs (a PACKAGE with a leading "?" is optional:
+# its checks are reduced without it):
+#   make test:              redis-server:redis-server chromium:chromium
+#                           chromedriver:chromium-driver (tests/gateway/test_dashboard.py drives
+#                           Debian's Chromium with selenium; nothing downloads a browser)
+#   make test-integration:  redis-server:redis-server docker-compose:?docker-compose
+# So a fresh machine needs nothing by hand. Whatever is already on the PATH is left alone; a
+# required program that cannot be installed stops the run here, with its name, rather than as
+# skipped or failing tests later.
 set -euo pipefail
 
 progs=()  # required programs that are missing
@@ -17,21 +17,20 @@ extra=()  # Debian packages to install if possible
 missing() { ! command -v "$1" >/dev/null 2>&1; }
 need() { missing "$1" && progs+=("$1") && want+=("$2"); return 0; }
 
-for group in "${@:-test}"; do
-  case "$group" in
-    test)
-      need redis-server redis-server
-      need chromium chromium
-      need chromedriver chromium-driver
-      ;;
-    integration)
-      need redis-server redis-server
-      missing docker-compose && extra+=(docker-compose)
-      ;;
-    *)
-      echo "system_deps.sh: unknown group '$group' (test, integration)" >&2
-      exit 2
-      ;;
+if [ $# -eq 0 ]; then
+  echo "usage: system_deps.sh PROGRAM:PACKAGE ... (PACKAGE with a leading ? is optional)" >&2
+  exit 2
+fi
+for pair in "$@"; do
+  prog=${pair%%:*}
+  pkg=${pair#*:}
+  if [ "$prog" = "$pair" ] || [ -z "$prog" ] || [ -z "$pkg" ]; then
+    echo "system_deps.sh: '$pair' is not PROGRAM:PACKAGE" >&2
+    exit 2
+  fi
+  case "$pkg" in
+    \?*) missing "$prog" && extra+=("${pkg#\?}") ;;
+    *) need "$prog" "$pkg" ;;
   esac
 done
 [ ${#want[@]} -eq 0 ] && [ ${#extra[@]} -eq 0 ] && exit 0
