@@ -12,7 +12,7 @@ well-formed (what an SDK needs to parse it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from backends.mockmodel import Piece
@@ -118,12 +118,12 @@ def completions(tr: Transcript, events: Sequence[Event]) -> None:
 RESPONSES_TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
-def responses(tr: Transcript, events: Sequence[Event]) -> None:
-    calls: dict[int, int] = {}  # output_index -> tool call number
-    ended = False
-    expected = 0  # the next sequence number (after a gap: the one after the number seen)
+def _named_events(tr: Transcript, events: Sequence[Event]
+                  ) -> Iterator[tuple[int, str, dict[str, Any], Any]]:
+    """(index, where, body, type) of each event of a named-event stream (Responses, Messages):
+    one that is not a JSON object is a problem and counts no token; an SSE name that is not
+    the body's type is a problem."""
     for i, ev in enumerate(events):
-        n = 0
         where = f"event {i}"
         data = ev.data
         if not isinstance(data, dict):
@@ -133,6 +133,15 @@ def responses(tr: Transcript, events: Sequence[Event]) -> None:
         kind = data.get("type")
         if ev.event != kind:
             tr.problems.append(f"{where}: SSE name {ev.event!r} is not its type {kind!r}")
+        yield i, where, data, kind
+
+
+def responses(tr: Transcript, events: Sequence[Event]) -> None:
+    calls: dict[int, int] = {}  # output_index -> tool call number
+    ended = False
+    expected = 0  # the next sequence number (after a gap: the one after the number seen)
+    for i, where, data, kind in _named_events(tr, events):
+        n = 0
         seq = data.get("sequence_number")
         if seq != expected and kind != "error":
             tr.problems.append(f"{where}: sequence_number {seq!r}, expected {expected}")
@@ -172,17 +181,8 @@ def responses(tr: Transcript, events: Sequence[Event]) -> None:
 def messages(tr: Transcript, events: Sequence[Event]) -> None:
     open_blocks: dict[int, int] = {}  # index -> tool call number (-1: text or thinking)
     stopped = False
-    for i, ev in enumerate(events):
+    for i, where, data, kind in _named_events(tr, events):
         n = 0
-        where = f"event {i}"
-        data = ev.data
-        if not isinstance(data, dict):
-            tr.problems.append(f"{where}: not a JSON object")
-            tr.units.append(0)
-            continue
-        kind = data.get("type")
-        if ev.event != kind:
-            tr.problems.append(f"{where}: SSE name {ev.event!r} is not its type {kind!r}")
         if i == 0 and kind != "message_start":
             tr.problems.append(f"{where}: the stream starts with {kind!r}, not 'message_start'")
         if stopped:
