@@ -26,30 +26,25 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.harness import ROOT, cpu_seconds, free_port, stop, wait_healthy
+from bench.harness import ROOT, cpu_seconds, free_port, stop, toml_dumps, wait_healthy
 
 TOKENS = 1500
 POLL_S = 0.01
-PATCH = ("max_batch = 64", "max_batch = 1024", "occupancy = 0.5", "occupancy = 0.03")
 
 
 def bench_config() -> str:
-    text = (ROOT / "gateway/data/default.toml").read_text()
-    out, section = [], ""
-    for line in text.splitlines():
-        if line.startswith("[deployments."):
-            section = line.strip("[]").split(".")[1]
-        if section == "spark":
-            for old, new in zip(PATCH[::2], PATCH[1::2], strict=True):
-                if line.startswith(old):
-                    line = new + line[len(old):]
-        out.append(line)
-    return "\n".join(out)
+    """The built-in config with spark's pools large (batch 1,024 per replica) and its other
+    tenants few (3% of the slots), patched by key (``toml_dumps``), not by text."""
+    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    cfg["deployments"]["spark"].update(max_batch=1024, max_waiting=1024)
+    cfg["tiers"]["spark"]["tenants"]["occupancy"] = 0.03
+    return toml_dumps(cfg)
 
 
 def request(seed: int) -> bytes:
