@@ -9,6 +9,7 @@ import math
 import socket
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from urllib.parse import urlparse
 
 import httpx
@@ -21,6 +22,7 @@ from backends.drivers import new_sequence
 from backends.engine import build
 from backends.free_slot import free_slot_in
 from backends.mockmodel import GenerationRequest
+from backends.scheduler import Scheduler
 from gateway.app import create_app
 from gateway.config import load_config
 from gateway.errors import APIError
@@ -58,8 +60,10 @@ fast = "standard"
 def test_queue_model_plays_the_queue_forward() -> None:
     """Four running sequences free their slots after 9, 19, 29, 39 more steps; two waiting
     ones take the first two of those slots; a new request gets the next: step 19."""
-    spec = build(load_config().sim())
-    sched = spec.deployments["fast"].new_scheduler()  # 16 slots, 12 held by others
+    fast = build(load_config().sim()).deployments["fast"]
+    # 16 slots, 12 held by others (set here: the default config's tenants are tuned apart)
+    sched = Scheduler(fast.placement, replace(fast.limits, max_batch=16),
+                      replace(fast.background, seqs=12))
     for out in (10, 20, 30, 40):
         assert sched.submit(new_sequence(100, out, 0.0))
     sched.step(0.0)  # prefill: every sequence has its first token
