@@ -6,6 +6,10 @@ LMDeploy TurboMind...). What the engine does, not the chip, sets some terms of t
 - ``request_overhead_ms``: time to the first token besides the engine steps (API server,
   tokenizer, detokenizer, streaming); only serving benchmarks see it;
 - ``step_overhead_ms``: host work per step (scheduler, launches not captured in a graph);
+- memory (not fitted; each engine's rule, backends/memory.py): ``kv_memory`` "total" (vLLM:
+  ``memory_fraction`` of the chip minus weights, activations at the step budget and
+  ``reserved_gb``), "free" (TensorRT-LLM: ``memory_fraction`` of what is left after them) or
+  "static" (SGLang: ``memory_fraction`` of the chip for weights and KV);
 - ``gqa_reread``: how much of a GQA group's KV a decode-attention kernel reads again for each
   query head (0: once per group, FlashAttention / FlashInfer / XQA; 1: once per query head,
   TensorRT-LLM's masked-MHA kernel before XQA). The placement reads
@@ -42,6 +46,10 @@ class EngineProfile:
     gqa_reread: float = 0.0
     bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
     compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
+    # memory accounting (not fitted): its rule, its default share, its own reserve per chip
+    kv_memory: str = "total"
+    memory_fraction: float = 0.9
+    reserved_gb: float = 2.5
     description: str = ""
     sources: tuple[str, ...] = field(default=())  # documentation: where its terms come from
 
@@ -64,7 +72,19 @@ class EngineProfile:
             step_overhead_ms=self.step_overhead_ms, mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
             mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),
+            mfu_fp4=None if hw.mfu_fp4 is None else min(1.0, hw.mfu_fp4 * fl),
         )
+
+    def memory(self, fraction: float | None, budget: int) -> dict[str, Any]:
+        """Placement memory arguments of this engine at its share ``fraction`` (None: its
+        default) and a step budget of ``budget`` tokens (its activations)."""
+        share = self.memory_fraction if fraction is None else fraction
+        if self.kv_memory == "static":
+            return {"memory_utilization": share}
+        args: dict[str, Any] = {"activation_tokens": budget, "reserved_gb": self.reserved_gb}
+        if self.kv_memory == "free":
+            return {**args, "memory_utilization": 1.0, "kv_memory_fraction": share}
+        return {**args, "memory_utilization": share}
 
     def kv_read_factor(self, model: ModelProfile) -> float:
         group = model.heads / model.kv_heads if model.kv_heads else 1.0
@@ -81,6 +101,8 @@ def engines_from_toml(text: str) -> dict[str, EngineProfile]:
         raw = dict(raw)
         raw["match"] = tuple(raw.get("match", ()))
         raw["sources"] = tuple(raw.get("sources", ()))
+        if raw.get("kv_memory", "total") not in KV_MEMORY_RULES:
+            raise ValueError(f"engines.{name}.kv_memory: one of {', '.join(KV_MEMORY_RULES)}")
         out[name] = EngineProfile(name=name, **raw)
     return out
 
@@ -102,7 +124,9 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm": dict(_ENGINE_PRIOR),
     "vllm": dict(_ENGINE_PRIOR),
     "lmdeploy": dict(_ENGINE_PRIOR),
+    "sglang": dict(_ENGINE_PRIOR),
 }
+KV_MEMORY_RULES = ("total", "free", "static")
 
 
 def engine_priors(engines: Engines) -> dict[str, EngineProfile]:
@@ -121,6 +145,7 @@ def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
 __all__ = [
     "ENGINE_PARAMS",
     "ENGINE_PRIORS",
+    "KV_MEMORY_RULES",
     "REFERENCE_ENGINE",
     "EngineProfile",
     "Engines",
