@@ -282,7 +282,9 @@ class Placement:
         attn_math_pre = (prefill_context_tokens * m.attention_flops_per_context_token(False)
                          / attention_rate(self, prefix)) if prefill_tokens else 0.0
         t_attn_pre = max(kv_read_pre, attn_math_pre)
-        t_floor = m.layers * hw.layer_latency_us * 1e-6
+        t_floor = m.layers * 1e-6 * (hw.layer_latency_us
+                                      + (hw.moe_layer_latency_us if m.is_moe else 0.0)
+                                      + (hw.mla_layer_latency_us if m.is_mla else 0.0))
         t_comm, t_hops = comm_seconds(self, tokens)
         t_overhead = hw.step_overhead_ms * 1e-3
 

@@ -93,6 +93,12 @@ class HardwareProfile:
     # share of the weight-read efficiency mbu that routed-expert reads reach (grouped MoE GEMMs
     # over a few tokens per expert stream weights less regularly than a dense GEMM)
     expert_read_efficiency: float = 1.0
+    # the latency floor of a layer's kernels grows with their number: a mixture-of-experts
+    # FFN adds its router, top-k, permutation and grouped GEMMs, multi-head latent attention
+    # its low-rank projections and norms (a DeepSeek-V3 decode layer is 13 fused modules in
+    # TensorRT-LLM's min-latency kernels, tech blog 1, against ~8 for a dense GQA layer)
+    moe_layer_latency_us: float = 0.0
+    mla_layer_latency_us: float = 0.0
     # chips joined by the scale-up fabric (NVLink / Infinity Fabric): 8 in an HGX / OAM board,
     # 72 in a GB200 / GB300 NVL72 rack; a tensor- or expert-parallel group beyond it talks over
     # the scale-out network (scale_out_gbs per chip and direction, scale_out_latency_us)
@@ -110,6 +116,11 @@ class HardwareProfile:
         ``compute_precision``): int8 and fp8 stand in for each other, and a chip without the
         low-precision row runs the math in bf16."""
         p = compute_precision(precision)
+        if canonical_precision(precision) == "mxfp4":
+            # MXFP4 weights run W4A8 (MXFP4 x MXFP8) on chips with 4-bit tensor cores
+            # (TensorRT-LLM's default on Blackwell, "Running gpt-oss-120b with TensorRT-LLM"),
+            # W4A16 dequantising kernels elsewhere (Hopper)
+            p = "fp8" if "fp4" in self.tflops else "bf16"
         for q in (p, {"int8": "fp8", "fp8": "int8"}.get(p, ""), "bf16"):
             if q in self.tflops:
                 return q

@@ -77,6 +77,8 @@ def main() -> int:
     ap.add_argument("--write", action="store_true",
                     help="refit from the priors and write the values into hardware.toml")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="cross-validation folds run in this many processes (default 1)")
     args = ap.parse_args()
 
     sources, figures = load_published()
@@ -96,7 +98,7 @@ def main() -> int:
               f"{HARDWARE_TOML} and of the engines {', '.join(sorted(fits.engines))} into "
               f"{ENGINES_TOML}")
     insample: list[Result] = evaluate(figures, catalog, engines)
-    cv = cross_validate(figures, catalog, engines=engines).results
+    cv = cross_validate(figures, catalog, engines=engines, jobs=args.jobs).results
     wall = time.perf_counter() - t0
 
     def by_source(f: object) -> str:

@@ -125,6 +125,7 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "vllm": dict(_ENGINE_PRIOR),
     "lmdeploy": dict(_ENGINE_PRIOR),
     "sglang": dict(_ENGINE_PRIOR),
+    "atom": dict(_ENGINE_PRIOR),
 }
 KV_MEMORY_RULES = ("total", "free", "static")
 

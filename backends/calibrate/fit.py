@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..profiles import Catalog, HardwareProfile
+from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
 from .engines import REFERENCE_ENGINE, EngineProfile, Engines
 from .figures import CalibrationError, Figure, predict_si
 
@@ -44,6 +44,12 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("gemm_min_tokens", 1.0, 1024.0, 1.0),
     Param("roofline_overlap", 0.0, 1.0, 1.0, offset=0.1),
     Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
+    Param("mfu_fp4", 0.1, 0.95, 0.3),
+    Param("gemm_half_tokens", 0.0, 4096.0, 1.5, offset=8.0),
+    Param("attention_half_tokens", 0.0, 16384.0, 1.5, offset=32.0),
+    Param("expert_read_efficiency", 0.3, 1.0, 0.3),
+    Param("moe_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
+    Param("mla_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
 )}
 # An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
 ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
@@ -54,11 +60,12 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("compute_scale", 0.4, 2.0, 0.25),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
-SHARED = ("gemm_min_tokens", "roofline_overlap")
+SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
+          "expert_read_efficiency", "moe_layer_latency_us", "mla_layer_latency_us")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
 # (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
-EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "step_overhead_ms")
-CHIP_EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8")
+EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
+CHIP_EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4")
 # Properties of the chip and its interconnect: fitted per hardware, pulled to the hand prior.
 CHIP = ("layer_latency_us", "interconnect_latency_us")
 FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
@@ -70,38 +77,59 @@ FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 # efficiency and fp8 GEMM efficiency start equal to mbu and mfu. Shared engine terms start at
 # a 64-row GEMM tile, a plain max roofline (overlap 1) and 5 ms of request handling. Kept
 # here (not read back from hardware.toml) so that a refit is reproducible.
-_SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0}
+# GEMM efficiency by size starts at half of the large-GEMM rate at 128 rows (a 128-row tile
+# fills one wave of a Hopper / Blackwell GEMM), attention at half its rate at 1,024 tokens
+# (FlashAttention-2/3 forward benchmarks rise from short to long sequences), expert reads at
+# the dense weights' efficiency, and an MoE FFN or an MLA attention adding ~2 us to a layer's
+# latency floor (their extra kernels, TensorRT-LLM tech blog 1, at ~0.7 us each under CUDA graphs).
+_SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
+                 "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
+                 "expert_read_efficiency": 1.0, "moe_layer_latency_us": 2.0,
+                 "mla_layer_latency_us": 2.0}
+
+
+def _gpu(mbu: float, mfu: float, layer_us: float, allreduce_us: float,
+         step_ms: float = 1.0) -> dict[str, float]:
+    return {"mbu": mbu, "mbu_kv": mbu, "mfu": mfu, "mfu_fp8": mfu, "mfu_fp4": mfu,
+            "step_overhead_ms": step_ms, "layer_latency_us": layer_us,
+            "interconnect_latency_us": allreduce_us, **_SHARED_PRIOR}
+
+
 PRIORS: dict[str, dict[str, float]] = {
-    "a100-40g": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 8.0,
-                 "interconnect_latency_us": 35.0, **_SHARED_PRIOR},
-    "a100-80g": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 8.0,
-                 "interconnect_latency_us": 35.0, **_SHARED_PRIOR},
-    "h100-sxm": {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 6.0,
-                 "interconnect_latency_us": 28.0, **_SHARED_PRIOR},
-    "h200": {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5,
-             "step_overhead_ms": 1.0, "layer_latency_us": 6.0,
-             "interconnect_latency_us": 28.0, **_SHARED_PRIOR},
-    "b200": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.45, "mfu_fp8": 0.45,
-             "step_overhead_ms": 1.0, "layer_latency_us": 5.0,
-             "interconnect_latency_us": 9.8, **_SHARED_PRIOR},
-    "wse-3": {"mbu": 0.5, "mbu_kv": 0.5, "mfu": 0.3, "mfu_fp8": 0.3,
+    "a100-40g": _gpu(0.65, 0.5, 8.0, 35.0),
+    "a100-80g": _gpu(0.65, 0.5, 8.0, 35.0),
+    "h100-sxm": _gpu(0.7, 0.5, 6.0, 28.0),
+    "h200": _gpu(0.7, 0.5, 6.0, 28.0),
+    "gh200": _gpu(0.7, 0.5, 6.0, 28.0),
+    "b200": _gpu(0.65, 0.45, 5.0, 9.8),
+    "b300": _gpu(0.65, 0.45, 5.0, 9.8),
+    # NVL72 racks: the B200's chip, NVLink through the rack's switch trays
+    "gb200-nvl72": _gpu(0.65, 0.45, 5.0, 11.0),
+    "gb300-nvl72": _gpu(0.65, 0.45, 5.0, 11.0),
+    # AMD Instinct: ROCm kernels (hipBLASLt, CK / AITER attention) reach less of their peaks
+    # than CUDA's on Hopper (AMD's own MI300X tuning guides: "Best practices for competitive
+    # inference optimization on AMD Instinct MI300X", ROCm blog); all-reduce over the
+    # Infinity Fabric mesh ~30 us (RCCL / custom all-reduce); estimates
+    "mi300x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
+    "mi325x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
+    "mi355x": _gpu(0.6, 0.4, 7.0, 25.0, 1.3),
+    "wse-3": {"mbu": 0.5, "mbu_kv": 0.5, "mfu": 0.3, "mfu_fp8": 0.3, "mfu_fp4": 0.3,
               "step_overhead_ms": 0.1, "layer_latency_us": 20.0,
               "interconnect_latency_us": 15.0, **_SHARED_PRIOR},
 }
 # The generic GPU estimate the pooled fit starts from (the reference's mid-range values).
-GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "step_overhead_ms": 1.0,
-             **_SHARED_PRIOR}
+GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "mfu_fp4": 0.5,
+             "step_overhead_ms": 1.0, **_SHARED_PRIOR}
 PRIOR_WEIGHT = 0.02  # a parameter one sigma from its prior costs as much as ~2 figures 10% off
 
 def prior_of(hw: HardwareProfile) -> dict[str, float]:
     """The hand-set starting point of a profile: PRIORS, or the profile's own values."""
     if hw.name in PRIORS:
         return dict(PRIORS[hw.name])
+    fallback = {"mbu_kv": hw.mbu, "mfu_fp8": hw.gemm_efficiency("fp8"),
+                "mfu_fp4": hw.mfu_fp8 if hw.mfu_fp8 is not None else hw.mfu}
     return {name: float(getattr(hw, name) if getattr(hw, name) is not None else
-                        (hw.mbu if name == "mbu_kv" else hw.mfu))
+                        fallback.get(name, hw.mfu))
             for name in FIT_PARAMS}
 
 
@@ -224,6 +252,27 @@ def _uses_fp8(figures: Iterable[Figure]) -> bool:
     return any(f.precision in ("fp8", "int8") for f in figures)
 
 
+def _uses_fp4(figures: Iterable[Figure], catalog: Catalog | None = None) -> bool:
+    """Figures whose GEMMs run on an fp4 tensor-core rate (4-bit weights on a chip that
+    has one)."""
+    for f in figures:
+        if canonical_precision(f.precision) not in FOUR_BIT:
+            continue
+        if catalog is None or "fp4" in catalog.get_hardware(f.hardware).tflops:
+            return True
+    return False
+
+
+def _free_names(names: Iterable[str], figures: Sequence[Figure], catalog: Catalog) -> list[str]:
+    """The names a fit can move: the 8-bit and 4-bit efficiencies only where figures use them."""
+    out = list(names)
+    if not _uses_fp8(figures):
+        out = [n for n in out if n != "mfu_fp8"]
+    if not _uses_fp4(figures, catalog):
+        out = [n for n in out if n != "mfu_fp4"]
+    return out
+
+
 def _engine_values(engines: Engines, values: Mapping[str, float]) -> dict[str, EngineProfile]:
     """Engines with the ``ENGINE/field`` entries of ``values`` put in."""
     out = dict(engines)
@@ -240,6 +289,35 @@ def _engines_seen(figures: Iterable[Figure], engines: Engines) -> list[str]:
         if any(e.covers(f.engine) for f in figures):
             names.append(name)
     return names
+
+
+def _relevance_groups(
+    figures: Sequence[Figure], catalog: Catalog, engines: Engines,
+) -> dict[tuple[str, str, bool, bool], tuple[list[Figure], tuple[str, ...]]]:
+    """The figures grouped by (engine, tensor-core row, MoE, MLA), each with the pooled parameters
+    its predictions depend on (sorted names): every chip and shared term but the other
+    precisions' GEMM efficiencies and, for a dense model, the expert read efficiency, and its
+    own engine's terms."""
+    out: dict[tuple[str, str, bool, bool], tuple[list[Figure], tuple[str, ...]]] = {}
+    chip_shared = [n for n in EFFICIENCIES + SHARED if n != "step_overhead_ms"]
+    for f in figures:
+        eng = next((n for n, e in engines.items() if e.covers(f.engine)), "")
+        row = catalog.get_hardware(f.hardware).rate_precision(f.precision)
+        moe, mla = catalog.get_model(f.model).is_moe, catalog.get_model(f.model).is_mla
+        key = (eng, row, moe, mla)
+        if key not in out:
+            skip = {"mfu_fp8"} if row not in ("fp8", "int8") else set()
+            if row != "fp4":
+                skip.add("mfu_fp4")
+            if not moe:
+                skip |= {"expert_read_efficiency", "moe_layer_latency_us"}
+            if not mla:
+                skip.add("mla_layer_latency_us")
+            names = [n for n in chip_shared if n not in skip] + ["step_overhead_ms"]
+            names += [f"{eng}/{k}" for k in ENGINE_SPECS] if eng else []
+            out[key] = ([], tuple(sorted(names)))
+        out[key][0].append(f)
+    return out
 
 
 def fit_pooled(
@@ -260,7 +338,7 @@ def fit_pooled(
     gpu = [f for f in figures if catalog.get_hardware(f.hardware).kind == "gpu"]
     weights = weights if weights is not None else figure_weights(figures)
     chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
-    names = [n for n in chip + SHARED if n != "mfu_fp8" or _uses_fp8(gpu)]
+    names = _free_names(chip + SHARED, gpu, catalog)
     start: dict[str, float] = {k: v for k, v in GPU_PRIOR.items() if k in chip + SHARED}
     start.update({k: v for k, v in GPU_PRIOR.items() if k not in start})
     seen = _engines_seen(gpu, engines)
@@ -276,19 +354,34 @@ def fit_pooled(
     if not gpu:
         return dict(GPU_PRIOR), engines
     hws = {f.hardware: prior_of(catalog.get_hardware(f.hardware)) for f in gpu}
+    groups = _relevance_groups(gpu, catalog, engines)
+    memo: dict[tuple[object, ...], float] = {}
 
     def objective(v: Mapping[str, float]) -> float:
-        hw = dict(catalog.hardware)
-        mine = {k: x for k, x in v.items() if "/" not in k}
-        for name, hand in hws.items():
-            hw[name] = with_params(hw[name], {**hand, **mine})
-        cat = Catalog(hw, catalog.models)
-        return (_loss(cat, gpu, weights, _engine_values(engines, v))
-                + _penalty(v, prior, names))
+        # Each group of figures depends on a subset of the parameters (an engine's terms only
+        # move its own figures, mfu_fp8 only 8-bit ones...): a group whose parameters did not
+        # change since it was last evaluated costs a dictionary look-up.
+        total = _penalty(v, prior, names)
+        cat: Catalog | None = None
+        for key, (figs, relevant) in groups.items():
+            mkey = (key, tuple(v[k] for k in relevant if k in v))
+            loss = memo.get(mkey)
+            if loss is None:
+                if cat is None:
+                    hw = dict(catalog.hardware)
+                    mine = {k: x for k, x in v.items() if "/" not in k}
+                    for name, hand in hws.items():
+                        hw[name] = with_params(hw[name], {**hand, **mine})
+                    cat = Catalog(hw, catalog.models)
+                loss = memo[mkey] = _loss(cat, figs, weights, _engine_values(engines, v))
+            total += loss
+        return total
 
     values, _, _ = coordinate_search(objective, start, names, sweeps)
     if not _uses_fp8(gpu):
         values["mfu_fp8"] = values["mfu"]
+    if not _uses_fp4(gpu, catalog):
+        values["mfu_fp4"] = values["mfu_fp8"]
     fitted = _engine_values(engines, values)
     return {k: v for k, v in values.items() if "/" not in k}, fitted
 
@@ -314,8 +407,7 @@ def fit_hardware(
     prior = dict(prior if prior is not None else prior_of(hw))
     weights = weights if weights is not None else figure_weights(figures)
     names = list(names if names is not None else EFFICIENCIES + CHIP)
-    if not _uses_fp8(figures):
-        names = [n for n in names if n != "mfu_fp8"]
+    names = _free_names(names, figures, catalog)
 
     def objective(v: Mapping[str, float]) -> float:
         cat = Catalog({**catalog.hardware, hw.name: with_params(hw, v)}, catalog.models)
@@ -419,6 +511,7 @@ __all__ = [
     "Param",
     "REFUSED_PENALTY",
     "SHARED",
+    "_uses_fp4",
     "_uses_fp8",
     "apply_fits",
     "coordinate_search",
