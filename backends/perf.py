@@ -45,6 +45,7 @@ from .step_terms import (
     ATTENTION_PRECISION,
     attention_rate,
     comm_seconds,
+    gemm_rate,
     gemm_seconds,
     weights_seconds,
 )
@@ -282,11 +283,20 @@ class Placement:
         attn_math_pre = (prefill_context_tokens * m.attention_flops_per_context_token(False)
                          / attention_rate(self, prefix)) if prefill_tokens else 0.0
         t_attn_pre = max(kv_read_pre, attn_math_pre)
+        if self.attention_dp and prefill_tokens and self.parallel_chips > 1:
+            # a prompt chunk is one rank's: its attention (projections and math) runs on one
+            # chip while the others wait for it (TensorRT-LLM's "ADP Balance" tech blog 10: the
+            # slowest rank sets every iteration), not spread over all of them
+            rows = float(prefill_tokens)
+            proj = 2e9 * m.attention_params * rows / gemm_rate(self, self.precision, rows)
+            t_attn_pre += (self.parallel_chips - 1) * (proj + t_attn_pre)
         t_floor = m.layers * 1e-6 * (hw.layer_latency_us
                                       + (hw.moe_layer_latency_us if m.is_moe else 0.0)
                                       + (hw.mla_layer_latency_us if m.is_mla else 0.0))
         t_comm, t_hops = comm_seconds(self, tokens)
-        t_overhead = hw.step_overhead_ms * 1e-3
+        # host work: per step, and per sequence of it (each attention-DP rank runs its own)
+        ranks = self.chips if self.attention_dp else 1
+        t_overhead = hw.step_overhead_ms * 1e-3 + hw.seq_overhead_us * 1e-6 * tokens / ranks
 
         roof = overlapped(t_weights, t_gemm, hw.roofline_overlap) + t_attn_dec + t_attn_pre
         core = max(roof, t_floor)

@@ -80,6 +80,9 @@ class HardwareProfile:
     # fixed latency a served request pays before its first token besides the engine steps (API
     # server, tokenizer, scheduler admission, streaming the first chunk); not part of any step
     request_overhead_ms: float = 0.0
+    # host work per sequence of a step (scheduling, sampling, detokenising, bookkeeping in the
+    # engine's Python loop), on top of step_overhead_ms; an engine term like it
+    seq_overhead_us: float = 0.0
     # achieved fraction of the fp4 peak by fp4 GEMMs; None = the same as mfu_fp8
     mfu_fp4: float | None = None
     # GEMM efficiency by size: a GEMM over T rows reaches mfu * T / (T + gemm_half_tokens) of
@@ -93,6 +96,9 @@ class HardwareProfile:
     # share of the weight-read efficiency mbu that routed-expert reads reach (grouped MoE GEMMs
     # over a few tokens per expert stream weights less regularly than a dense GEMM)
     expert_read_efficiency: float = 1.0
+    # share of the GEMM rate that grouped expert GEMMs reach against a dense GEMM of the same
+    # rows (routing, permutation of k copies of every token, ragged groups)
+    expert_compute_efficiency: float = 1.0
     # the latency floor of a layer's kernels grows with their number: a mixture-of-experts
     # FFN adds its router, top-k, permutation and grouped GEMMs, multi-head latent attention
     # its low-rank projections and norms (a DeepSeek-V3 decode layer is 13 fused modules in

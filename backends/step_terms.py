@@ -84,7 +84,8 @@ def gemm_seconds(p: Placement, tokens: int, sampled: int | None = None) -> float
         if ep > 1:  # the busiest group's assignments against the mean group's
             e_rows *= busiest_group_tokens(k, tokens, ep) / (tokens * k / ep)
         ebits = canonical_precision(p.precision)
-        t += 2e9 * m.params_per_expert_b * e_rows / gemm_rate(p, ebits, per_expert)
+        t += 2e9 * m.params_per_expert_b * e_rows / (
+            gemm_rate(p, ebits, per_expert) * hw.expert_compute_efficiency)
     return t
 
 

@@ -4,14 +4,16 @@ Evaluates every figure of the public calibration set (backends/data/measurements
 with the shipped hardware profiles (the in-sample error: the fitted parameters saw these
 figures) and by leave-one-source-out cross-validation (each source predicted by a fit that
 never saw it: the error to expect on measurements the model was not fitted to). Prints, per
-source and per metric, the median and worst absolute error, then the totals. Targets (median
-cross-validated error <= 10%, no figure refused) are reported, not asserted.
+source, per metric and per hardware, the median and worst absolute error, the worst
+cross-validated figures, then the totals. Targets (issue 24: median cross-validated error <= 8%
+overall and <= 15% on TTFT, no figure refused) are reported, not asserted.
 
     python bench/calibration.py            # the error tables
     python bench/calibration.py --figures  # and every figure, predicted vs measured
     python bench/calibration.py --write    # refit and write the fitted values into
                                            # backends/data/hardware.toml and engines.toml
     python bench/calibration.py --json     # one JSON object
+    python bench/calibration.py --jobs 2   # the folds in two processes (same results)
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from backends.calibrate import (  # noqa: E402
     ErrorStats,
+    Figure,
     Result,
     apply_fits,
     cross_validate,
@@ -46,7 +49,8 @@ from backends.profiles import Catalog  # noqa: E402
 DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
 HARDWARE_TOML = DATA / "hardware.toml"
 ENGINES_TOML = DATA / "engines.toml"
-TARGET_CV_MEDIAN = 0.10
+TARGET_CV_MEDIAN = 0.08  # issue 24: cross-validated median <= 8% overall...
+TARGET_CV_TTFT = 0.15  # ...and <= 15% on the time to the first token
 FIT_NOTE = "fitted (bench/calibration.py --write)"
 
 
@@ -101,14 +105,14 @@ def main() -> int:
     cv = cross_validate(figures, catalog, engines=engines, jobs=args.jobs).results
     wall = time.perf_counter() - t0
 
-    def by_source(f: object) -> str:
-        return f.source  # type: ignore[attr-defined, no-any-return]
+    def by_source(f: Figure) -> str:
+        return f.source
 
-    def by_metric(f: object) -> str:
-        return f.metric  # type: ignore[attr-defined, no-any-return]
+    def by_metric(f: Figure) -> str:
+        return f.metric
 
-    def by_hardware(f: object) -> str:
-        return f.hardware  # type: ignore[attr-defined, no-any-return]
+    def by_hardware(f: Figure) -> str:
+        return f.hardware
 
     total, total_cv = error_stats(insample), error_stats(cv)
     if args.json:
@@ -143,13 +147,21 @@ def main() -> int:
             pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
             print(f"  {r.figure.value:>10.4g}  {pred:>10}  {e:>7}  {ce:>8}  {r.figure.id}")
         print()
+    print("worst cross-validated figures")
+    worst = sorted((r for r in cv if r.error is not None), key=lambda r: -abs(r.error or 0))
+    for r in worst[:12]:
+        print(f"  {pct(r.error or 0.0):>7}  {r.figure.id}")
+    print()
     print(f"in-sample:        median {pct(total.median_abs)}, worst {pct(total.worst_abs)} "
           f"({total.worst_id}), refused {total.refused}")
     print(f"cross-validated:  median {pct(total_cv.median_abs)}, worst "
           f"{pct(total_cv.worst_abs)} ({total_cv.worst_id}), refused {total_cv.refused}")
+    ttft = group_stats(cv, by_metric).get("ttft")
+    ttft_cv = ttft.median_abs if ttft is not None else math.nan
     verdict = "met" if total_cv.median_abs <= TARGET_CV_MEDIAN else "NOT met"
+    verdict_ttft = "met" if ttft_cv <= TARGET_CV_TTFT else "NOT met"
     print(f"target median cross-validated error <= {pct(TARGET_CV_MEDIAN)}: {verdict}; "
-          f"wall {wall:.1f} s")
+          f"TTFT <= {pct(TARGET_CV_TTFT)} ({pct(ttft_cv)}): {verdict_ttft}; wall {wall:.1f} s")
     return 0
 
 

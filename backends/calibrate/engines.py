@@ -33,7 +33,7 @@ from typing import Any
 from ..profiles import HardwareProfile, ModelProfile
 
 ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
-                 "compute_scale")
+                 "compute_scale", "seq_overhead_us")
 REFERENCE_ENGINE = "vllm"  # the engine whose terms the hardware profiles carry (fastmode serve)
 
 
@@ -46,6 +46,7 @@ class EngineProfile:
     gqa_reread: float = 0.0
     bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
     compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
+    seq_overhead_us: float = 2.0  # host work per sequence of a step
     # memory accounting (not fitted): its rule, its default share, its own reserve per chip
     kv_memory: str = "total"
     memory_fraction: float = 0.9
@@ -69,7 +70,8 @@ class EngineProfile:
         bw, fl = self.bandwidth_scale, self.compute_scale
         return replace(
             hw, request_overhead_ms=self.request_overhead_ms,
-            step_overhead_ms=self.step_overhead_ms, mbu=min(1.0, hw.mbu * bw),
+            step_overhead_ms=self.step_overhead_ms, seq_overhead_us=self.seq_overhead_us,
+            mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
             mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),
             mfu_fp4=None if hw.mfu_fp4 is None else min(1.0, hw.mfu_fp4 * fl),
@@ -117,10 +119,11 @@ def load_engines() -> dict[str, EngineProfile]:
 # their sources there): 5 ms before the first token, 1 ms of host work per step, and a GQA
 # group's KV read once, except TensorRT-LLM before its XQA kernel (read once per query head).
 _ENGINE_PRIOR = {"request_overhead_ms": 5.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
-                 "bandwidth_scale": 1.0, "compute_scale": 1.0}
+                 "bandwidth_scale": 1.0, "compute_scale": 1.0, "seq_overhead_us": 2.0}
 ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm-pre-xqa": {**_ENGINE_PRIOR, "gqa_reread": 1.0},
     "trtllm-xqa": dict(_ENGINE_PRIOR),
+    "trtllm-cpp": dict(_ENGINE_PRIOR),
     "trtllm": dict(_ENGINE_PRIOR),
     "vllm": dict(_ENGINE_PRIOR),
     "lmdeploy": dict(_ENGINE_PRIOR),

@@ -48,8 +48,12 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("gemm_half_tokens", 0.0, 4096.0, 1.5, offset=8.0),
     Param("attention_half_tokens", 0.0, 16384.0, 1.5, offset=32.0),
     Param("expert_read_efficiency", 0.3, 1.0, 0.3),
+    Param("expert_compute_efficiency", 0.1, 1.0, 0.5),
     Param("moe_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
     Param("mla_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
+    # the reference engine's, written into a GPU's profile beside its step overhead (not fitted
+    # per hardware)
+    Param("seq_overhead_us", 0.0, 100.0, 2.0, offset=1.0),
 )}
 # An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
 ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
@@ -58,10 +62,12 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("gqa_reread", 0.0, 1.0, 1.0, offset=0.1),
     Param("bandwidth_scale", 0.5, 1.5, 0.15),
     Param("compute_scale", 0.4, 2.0, 0.25),
+    Param("seq_overhead_us", 0.0, 100.0, 2.0, offset=1.0),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
-          "expert_read_efficiency", "moe_layer_latency_us", "mla_layer_latency_us")
+          "expert_read_efficiency", "expert_compute_efficiency", "moe_layer_latency_us",
+          "mla_layer_latency_us")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
 # (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
@@ -84,7 +90,8 @@ FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 # latency floor (their extra kernels, TensorRT-LLM tech blog 1, at ~0.7 us each under CUDA graphs).
 _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
-                 "expert_read_efficiency": 1.0, "moe_layer_latency_us": 2.0,
+                 "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
+                 "moe_layer_latency_us": 2.0,
                  "mla_layer_latency_us": 2.0}
 
 
@@ -113,9 +120,13 @@ PRIORS: dict[str, dict[str, float]] = {
     "mi300x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
     "mi325x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
     "mi355x": _gpu(0.6, 0.4, 7.0, 25.0, 1.3),
+    # a wafer's dataflow has no kernels to launch: its per-layer pipeline latency is
+    # layer_latency_us whatever the layer holds, and no GEMM ramps up by size
     "wse-3": {"mbu": 0.5, "mbu_kv": 0.5, "mfu": 0.3, "mfu_fp8": 0.3, "mfu_fp4": 0.3,
               "step_overhead_ms": 0.1, "layer_latency_us": 20.0,
-              "interconnect_latency_us": 15.0, **_SHARED_PRIOR},
+              "interconnect_latency_us": 15.0,
+              **{**_SHARED_PRIOR, "gemm_half_tokens": 0.0, "attention_half_tokens": 0.0,
+                 "moe_layer_latency_us": 0.0, "mla_layer_latency_us": 0.0}},
 }
 # The generic GPU estimate the pooled fit starts from (the reference's mid-range values).
 GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "mfu_fp4": 0.5,
@@ -310,7 +321,8 @@ def _relevance_groups(
             if row != "fp4":
                 skip.add("mfu_fp4")
             if not moe:
-                skip |= {"expert_read_efficiency", "moe_layer_latency_us"}
+                skip |= {"expert_read_efficiency", "expert_compute_efficiency",
+                         "moe_layer_latency_us"}
             if not mla:
                 skip.add("mla_layer_latency_us")
             names = [n for n in chip_shared if n not in skip] + ["step_overhead_ms"]
@@ -433,6 +445,7 @@ class Fit:
         if ref is not None and name in self.gpus:
             values["request_overhead_ms"] = ref.request_overhead_ms
             values["step_overhead_ms"] = ref.step_overhead_ms
+            values["seq_overhead_us"] = ref.seq_overhead_us
         return values
 
 
