@@ -23,7 +23,7 @@ chip keeps only its own sequences' KV).
 
 from __future__ import annotations
 
-from .profiles import ModelProfile
+from .profiles import ModelProfile, bytes_per_param
 
 LOGIT_ROWS = 256  # sequences sampled at once in the profiling pass (vLLM's max_num_seqs)
 
@@ -59,4 +59,24 @@ def activation_bytes_per_chip(model: ModelProfile, tokens: int, tp: int,
     return tokens * per_token + logits
 
 
-__all__ = ["LOGIT_ROWS", "activation_bytes_per_chip", "ffn_width", "kv_replication"]
+def attention_weight_bytes(model: ModelProfile, precision: str) -> float:
+    """Bytes of the attention projections at ``precision`` (16-bit when the checkpoint keeps
+    them so): what every chip holds with attention data parallelism."""
+    q, b, _ = model.gemm_params_b(precision)
+    bpp = 2.0 if b >= model.attention_params * 0.999 else bytes_per_param(precision)
+    return min(model.attention_params, q + b) * 1e9 * bpp
+
+
+def kv_memory_per_chip(chip_bytes: float, taken: float, utilization: float,
+                       free_fraction: float | None) -> float:
+    """KV memory of one chip: vLLM's rule (``utilization`` of the chip minus what weights,
+    activations and the reserve ``taken``) or, with ``free_fraction``, TensorRT-LLM's (that
+    share of what is left). Negative: the model does not fit."""
+    if free_fraction is None:
+        return chip_bytes * utilization - taken
+    free = min(chip_bytes * utilization, chip_bytes - taken)
+    return free * free_fraction if free > 0 else free
+
+
+__all__ = ["LOGIT_ROWS", "activation_bytes_per_chip", "attention_weight_bytes", "ffn_width",
+           "kv_memory_per_chip", "kv_replication"]

@@ -6,38 +6,37 @@ produces one token, and a chunk of prompt tokens (chunked prefill) may ride alon
     t_step = max( overlap(t_weights, t_gemm) + t_attention , t_layer_floor )
              + t_comm + t_hops + t_overhead
 
-- t_weights: the weights read once per step, shared by the whole batch (the reason batching pays),
-  at the achieved bandwidth ``mbu``. For a mixture-of-experts model only the experts the step's
-  tokens route to are read, so a small batch reads far less than the whole model.
-- t_gemm: 2 FLOPs per active parameter per token at the achieved GEMM rate; a GEMM over few
-  tokens still pays for a whole tile of rows (the FLOPs of max(T, gemm_min_tokens) tokens).
-  overlap(a, b) = max(a, b) + (1 - roofline_overlap) * min(a, b): the plain roofline's max
-  when the weight stream and the math overlap perfectly (roofline_overlap = 1), their sum
-  when they do not overlap at all (0); near the ridge neither hides the other.
-- t_attention: its own kernels, after the GEMMs of each layer (so added, not overlapped). Every
-  decoding sequence reads its own KV cache (never shared, never amortised) at ``mbu_kv`` of
-  peak, and does 4 * layers * heads * head_dim FLOPs per token of context; a prefill chunk does
-  the same FLOPs over the context it attends to and reads its prefix's KV once.
-- t_layer_floor: no layer finishes faster than a fixed latency (kernel launches on a GPU, the
-  per-layer pipeline latency on a wafer-scale chip). It binds at small batches.
-- t_comm: tensor parallelism's two all-reduces per layer: 2(N-1)/N * bytes / link for the data
-  plus a fixed latency a per all-reduce (engines use one-shot/two-shot all-reduce kernels over
-  NVLink for decode-sized messages, whose latency barely grows with N, not NCCL's ring with
-  its 2(N-1) steps).
-- t_hops: layer-wise sharding across wafers: one hop per chip boundary.
-- t_overhead: host-side scheduler work per step.
+- t_weights: the weights the busiest chip reads, shared by the whole batch, at ``mbu`` (only the
+  experts the step's tokens touch; the attention on every chip with attention data parallelism;
+  a whole expert group's with expert parallelism); the checkpoint's bytes by layer type.
+- t_gemm: 2 FLOPs per parameter per token, each layer type at its precision's rate, at an
+  efficiency that grows with the GEMM's rows (``gemm_half_tokens``; a tile of
+  ``gemm_min_tokens`` rows at least, per touched expert for grouped expert GEMMs).
+  overlap(a, b) = max(a, b) + (1 - roofline_overlap) * min(a, b).
+- t_attention: decode attention reads each sequence's KV (replicated KV heads once per copy) at
+  ``mbu_kv`` or does its FLOPs, whichever is slower; prefill attention at an efficiency that
+  grows with the attended length (``attention_half_tokens``).
+- t_layer_floor: no layer finishes faster than its kernels' latency (more kernels in an MoE or
+  an MLA layer); it binds at small batches and on wafers.
+- t_comm: tensor parallelism's collectives per layer (2(N-1)/N of the message plus a latency;
+  the scale-out network beyond the scale-up domain); t_hops: layer sharding's hops.
+- t_overhead: host work per step and per sequence.
 
-On top of the step, ``serving_steady_state`` and ``static_batch`` (perf_serving.py, re-exported
-here) turn steps into what benchmarks measure (TTFT, inter-token latency, throughput) for a
-closed-loop serving benchmark and for a static batch. See docs/performance-model.md for every
-term and its source.
+``step_terms`` holds the layout-dependent terms, ``memory`` the engine's memory accounting,
+``moe`` the expert arithmetic; ``serving_steady_state`` and ``static_batch`` (perf_serving)
+turn steps into what benchmarks measure. See docs/performance-model.md for every term.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .memory import activation_bytes_per_chip, kv_replication
+from .memory import (
+    activation_bytes_per_chip,
+    attention_weight_bytes,
+    kv_memory_per_chip,
+    kv_replication,
+)
 from .moe import touched_expert_share
 from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
 from .step_terms import (
@@ -141,10 +140,7 @@ class Placement:
 
     @property
     def attention_weight_bytes(self) -> float:
-        m = self.model
-        q, b, _ = m.gemm_params_b(self.precision)
-        bpp = 2.0 if b >= m.attention_params * 0.999 else bytes_per_param(self.precision)
-        return min(m.attention_params, q + b) * 1e9 * bpp
+        return attention_weight_bytes(self.model, self.precision)
 
     @property
     def weight_bytes_per_chip(self) -> float:
@@ -170,14 +166,9 @@ class Placement:
     @property
     def kv_memory_bytes(self) -> float:
         """Memory the replica gives its KV cache (may be negative: does not fit)."""
-        chip = self.hardware.memory_gb * 1e9
         taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
-        if self.kv_memory_fraction is not None:
-            free = min(chip * self.memory_utilization, chip - taken)
-            per_chip = free * self.kv_memory_fraction if free > 0 else free
-        else:
-            per_chip = chip * self.memory_utilization - taken
-        return self.chips * per_chip
+        return self.chips * kv_memory_per_chip(self.hardware.memory_gb * 1e9, taken,
+                                               self.memory_utilization, self.kv_memory_fraction)
 
     @property
     def attention_tp(self) -> int:
@@ -295,8 +286,9 @@ class Placement:
                                       + (hw.mla_layer_latency_us if m.is_mla else 0.0))
         t_comm, t_hops = comm_seconds(self, tokens)
         # host work: per step, and per sequence of it (each attention-DP rank runs its own)
+        seqs = decode_seqs + (1 if prefill_tokens else 0)
         ranks = self.chips if self.attention_dp else 1
-        t_overhead = hw.step_overhead_ms * 1e-3 + hw.seq_overhead_us * 1e-6 * tokens / ranks
+        t_overhead = hw.step_overhead_ms * 1e-3 + hw.seq_overhead_us * 1e-6 * seqs / ranks
 
         roof = overlapped(t_weights, t_gemm, hw.roofline_overlap) + t_attn_dec + t_attn_pre
         core = max(roof, t_floor)
