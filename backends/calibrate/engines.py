@@ -125,6 +125,7 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm-xqa": dict(_ENGINE_PRIOR),
     "trtllm-cpp": dict(_ENGINE_PRIOR),
     "trtllm": dict(_ENGINE_PRIOR),
+    "vllm-rocm": dict(_ENGINE_PRIOR),
     "vllm": dict(_ENGINE_PRIOR),
     "lmdeploy": dict(_ENGINE_PRIOR),
     "sglang": dict(_ENGINE_PRIOR),

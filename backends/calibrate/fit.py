@@ -53,7 +53,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("mla_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
     # the reference engine's, written into a GPU's profile beside its step overhead (not fitted
     # per hardware)
-    Param("seq_overhead_us", 0.0, 100.0, 2.0, offset=1.0),
+    Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
 )}
 # An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
 ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
@@ -62,12 +62,11 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("gqa_reread", 0.0, 1.0, 1.0, offset=0.1),
     Param("bandwidth_scale", 0.5, 1.5, 0.15),
     Param("compute_scale", 0.4, 2.0, 0.25),
-    Param("seq_overhead_us", 0.0, 100.0, 2.0, offset=1.0),
+    Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
-          "expert_read_efficiency", "expert_compute_efficiency", "moe_layer_latency_us",
-          "mla_layer_latency_us")
+          "expert_read_efficiency", "expert_compute_efficiency", "mla_layer_latency_us")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
 # (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
@@ -91,7 +90,7 @@ FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
                  "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
-                 "moe_layer_latency_us": 2.0,
+                 "moe_layer_latency_us": 0.0,
                  "mla_layer_latency_us": 2.0}
 
 
