@@ -35,6 +35,8 @@ RUN pip install "pytest>=8" "pytest-asyncio>=0.23" "openai>=2.22" "anthropic>=0.
 WORKDIR /app
 COPY pyproject.toml ./
 COPY tests/conftest.py ./tests/conftest.py
+# conftest.py takes its port reservation from the benchmarks' harness (bench.harness.free_port)
+COPY bench/__init__.py bench/harness.py ./bench/
 COPY tests/integration ./tests/integration
 USER fastmode
 CMD ["pytest", "-q", "-p", "no:cacheprovider", "tests/integration"]

@@ -1,28 +1,51 @@
-# Everything installs from nothing: `make test` and `make serve` create .venv when missing.
+# Everything installs from nothing: `make serve` and `make test` create .venv when missing, and
+# `make test` installs the programs its tests run (scripts/system_deps.sh) first.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-SOAK_MINUTES ?= 10  # bench/soak.py: `make bench SOAK_MINUTES=1` for a short one
-STAMP := $(VENV)/.installed-stamp
+# the pip that the venv ships (Python 3.11: 23.2) is enough: constraints.txt pins every
+# package, so it resolves at once instead of backtracking for many minutes
+PIP := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
+# bench/soak.py: `make bench SOAK_MINUTES=1` for a short one
+SOAK_MINUTES ?= 10
+# installed: what `fastmode serve` needs (`make serve`), and that plus the tests', linters' and
+# benchmarks' packages ([dev]: `make test`, `make lint`, `make bench`)
+RUNTIME_STAMP := $(VENV)/.runtime-stamp
+DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install serve test lint bench test-integration clean
+.PHONY: install dev serve test lint bench test-integration system-deps lock clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
 
-install: $(STAMP)
+$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP) -e .
+	touch $@
 
-serve: $(STAMP)
+$(DEV_STAMP): $(RUNTIME_STAMP)
+	$(PIP) -e '.[dev]'
+	touch $@
+
+install: $(RUNTIME_STAMP)
+
+dev: $(DEV_STAMP)
+
+serve: $(RUNTIME_STAMP)
 	$(BIN)/fastmode serve
 
-lint: $(STAMP)
+# the programs the suites run that pip cannot install (redis-server, Chromium and its driver;
+# docker-compose for test-integration), from Debian's packages when missing
+# (PROGRAM:PACKAGE; apt-get install PACKAGE when PROGRAM is not on the PATH)
+TEST_PROGRAMS := redis-server:redis-server chromium:chromium chromedriver:chromium-driver
+INTEGRATION_PROGRAMS := redis-server:redis-server docker-compose:?docker-compose
+system-deps:
+	bash scripts/system_deps.sh $(TEST_PROGRAMS)
+
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: $(STAMP)
+test: $(DEV_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15  # two workers, a test file each at a time
@@ -30,18 +53,32 @@ test: $(STAMP)
 # The docker-compose topology without Docker: docker-compose.yml's services as local processes
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a
 # check that every command the compose file runs exists (docker-compose config -q if installed).
-test-integration: $(STAMP)
+test-integration: $(DEV_STAMP)
+	bash scripts/system_deps.sh $(INTEGRATION_PROGRAMS)
 	$(BIN)/python scripts/check_compose.py
 	$(BIN)/python scripts/integration.py
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	mkdir -p bench-results
 	$(BIN)/python bench/sim_hour.py | tee bench-results/sim_hour.txt
-	@for b in fast_share gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop workers redis_state calibration prefix_cache vllm_bench_serve structured; do \
+	@for b in pacing fast_share gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop workers redis_state calibration prefix_cache vllm_bench_serve structured; do \
 	  if [ -f bench/$$b.py ]; then $(BIN)/python bench/$$b.py | tee bench-results/$$b.txt; fi; \
 	done
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --json bench-results/soak.json \
 	  | tee bench-results/soak.txt
+
+# constraints.txt anew from a fresh resolve of `.[dev]` (after a change of dependencies in
+# pyproject.toml): the newest pip resolves it, every installed version pinned
+lock:
+	rm -rf .venv-lock
+	$(PY) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --upgrade pip
+	.venv-lock/bin/python -m pip install -q -e '.[dev]'
+	{ echo "# Every package of \`pip install -e '.[dev]'\`, pinned (made by \`make lock\`): the Makefile"; \
+	  echo "# installs with -c constraints.txt, so pip resolves at once. Regenerate after changing"; \
+	  echo "# the dependencies in pyproject.toml."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable; } > constraints.txt
+	rm -rf .venv-lock
 
 clean:
 	rm -rf $(VENV) bench-results .pytest_cache .ruff_cache

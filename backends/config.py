@@ -154,6 +154,7 @@ class PricingConfig(Strict):
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 ReplyKind = Literal["greeting", "short", "normal", "long"]
+TaskKind = Literal["greeting", "short", "normal", "long", "hard"]
 
 
 class BehaviorConfig(Strict):
@@ -166,15 +167,20 @@ class BehaviorConfig(Strict):
     reasoning_tokens: dict[Effort, int] = Field(default_factory=dict)  # median per effort
     reasoning_sigma: float = Field(0.5, ge=0, le=2)  # ln-space spread of reasoning lengths
     thinking_budget_use: float = Field(0.6, gt=0, le=1)  # share of budget_tokens used (median)
+    # reasoning per kind of task, a multiple of the effort's median (backends.reasoning)
+    reasoning_task_scale: dict[TaskKind, float] = Field(default_factory=dict)
     reply_tokens: dict[ReplyKind, int] = Field(default_factory=dict)  # median per request kind
     reply_sigma: float = Field(0.6, ge=0, le=2)
     reply_max_tokens: int = Field(6000, ge=1)
     parallel_tool_share: float = Field(0.25, ge=0, le=1)
     max_parallel_tools: int = Field(3, ge=1, le=16)
+    # the reasoning text itself on the OpenAI protocols (vLLM / gpt-oss: Chat ``reasoning``,
+    # Responses ``reasoning_text`` parts); false: hidden, as OpenAI's hosted models keep it
+    raw_reasoning: bool = False
 
     @model_validator(mode="after")
     def _positive(self) -> BehaviorConfig:
-        for table in ("reasoning_tokens", "reply_tokens"):
+        for table in ("reasoning_tokens", "reply_tokens", "reasoning_task_scale"):
             for key, value in getattr(self, table).items():
                 if value < 0:
                     raise ValueError(f"{table}.{key}: must be >= 0, got {value}")

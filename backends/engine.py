@@ -19,7 +19,7 @@ from .perf import Placement
 from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
 from .profiles import Catalog
-from .reasoning import DEFAULT_MEDIANS, ReasoningProfile
+from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
 from .scheduler import Background, Limits, Scheduler
 from .speculative import mtp_draft, speculative_placement
 from .tenants import TenantDemand, TenantInput, equilibrium
@@ -195,6 +195,8 @@ def model_behavior(cfg: BehaviorConfig) -> ModelBehavior:
                        **{str(k): v for k, v in cfg.reasoning_tokens.items()}},
         sigma=cfg.reasoning_sigma,
         budget_use=cfg.thinking_budget_use,
+        task_scale={**DEFAULT_TASK_SCALE,
+                    **{str(k): v for k, v in cfg.reasoning_task_scale.items()}},
     )
     defaults = ReplyLengths()
     replies = ReplyLengths(
@@ -203,4 +205,5 @@ def model_behavior(cfg: BehaviorConfig) -> ModelBehavior:
         sigma=cfg.reply_sigma,
         max_tokens=cfg.reply_max_tokens,
     )
-    return ModelBehavior(reasoning, replies, cfg.parallel_tool_share, cfg.max_parallel_tools)
+    return ModelBehavior(reasoning, replies, cfg.parallel_tool_share, cfg.max_parallel_tools,
+                         cfg.raw_reasoning)

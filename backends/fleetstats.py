@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .drivers.base import Driver
 from .engine import EngineSpec
 from .tenants import ADMITTED, ARRIVED, CACHED, COMPLETED, OUTPUT, PROMPT, REJECTED, WAIT
 
@@ -56,13 +57,13 @@ def tenant_figures(spec: EngineSpec, replicas: Any, span: float) -> dict[str, di
 
 
 def fleet_figures(
-    spec: EngineSpec, driver: Any, end: float, tiers: dict[str, dict[str, Any]],
+    spec: EngineSpec, driver: Driver[Any], end: float, tiers: dict[str, dict[str, Any]],
     user_seat_s: dict[str, float] | None = None,
 ) -> dict[str, Any] | None:
     """The ``fleet`` object of a run on ``driver`` (None without a fleet): the fleet's books, the
     other tenants per pool, revenue (ours: the tiers' ``cost_usd``; theirs: their tokens at
     their tiers' prices), the provider's cost and the difference."""
-    fleet = getattr(driver, "fleet", None)
+    fleet = driver.fleet
     if fleet is None:
         return None
     for r in driver.all_replicas.values():

@@ -76,5 +76,5 @@ class LogHistogram:
         for k in keys:
             acc += self.weights[k]
             if acc >= target:
-                return self.base ** (k + 0.5)
-        return self.base ** (keys[-1] + 0.5)
+                return math.pow(self.base, k + 0.5)
+        return math.pow(self.base, keys[-1] + 0.5)

@@ -11,6 +11,11 @@ by ``reasoning tokens × inter-token latency`` and why a faster tier buys back m
 An effort maps to a lognormal length with a configured median (``[behavior.MODEL]
 reasoning_tokens`` in the config). Anthropic's ``budget_tokens`` is a cap, not a target: the
 model uses ``budget_use`` of it at the median, never more than all of it.
+
+The mock model also scales the median with the task the prompt sets (``task_scale``, by the
+kind of reply asked for: a greeting is thought about for a few percent of a normal question,
+"prove" or "debug" twice as long): "hi" at high effort is a short thought, not 5,000 tokens.
+``median``/``mean`` are a normal task's, what ``predict`` and ``simulate`` use.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ DEFAULT_MEDIANS: Mapping[str, int] = {
     "none": 0, "minimal": 48, "low": 400, "medium": 1500, "high": 5000, "xhigh": 12000,
     "max": 24000,
 }  # fmt: skip
+# Reasoning per kind of task, as a multiple of the effort's median (the kinds of
+# ``mockmodel.lengths.classify``; "hard" multiplies the others when the prompt asks to prove,
+# derive, debug, solve, optimise, or carries code). Estimates: reasoning models' usage grows
+# with the problem, a greeting needs a sentence of thought; measure yours and replace them.
+DEFAULT_TASK_SCALE: Mapping[str, float] = {
+    "greeting": 0.03, "short": 0.25, "normal": 1.0, "long": 1.5, "hard": 2.0,
+}  # fmt: skip
 DEFAULT_SIGMA = 0.5  # ln-space spread: ~90% of draws within 0.44x..2.3x the median
 DEFAULT_BUDGET_USE = 0.6  # share of Anthropic's budget_tokens used at the median
 MAX_REASONING_TOKENS = 128_000  # no single reply thinks longer than this
@@ -37,6 +49,10 @@ MAX_REASONING_TOKENS = 128_000  # no single reply thinks longer than this
 
 def _default_medians() -> dict[str, int]:
     return dict(DEFAULT_MEDIANS)
+
+
+def _default_task_scale() -> dict[str, float]:
+    return dict(DEFAULT_TASK_SCALE)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,7 @@ class ReasoningProfile:
     median_tokens: Mapping[str, int] = field(default_factory=_default_medians)
     sigma: float = DEFAULT_SIGMA
     budget_use: float = DEFAULT_BUDGET_USE
+    task_scale: Mapping[str, float] = field(default_factory=_default_task_scale)
 
     def effort(self, requested: str | None) -> str:
         """The effort a request runs at: its own, else the model's default ("none" if the model
@@ -66,12 +83,18 @@ class ReasoningProfile:
             raise ValueError(f"effort: unknown {effort!r}; allowed: {', '.join(EFFORTS)}")
         return int(self.median_tokens.get(effort, DEFAULT_MEDIANS[effort]))
 
-    def draw(self, effort: str, rng: random.Random, budget: int | None = None) -> int:
-        """One reply's reasoning length: lognormal around the median, within the budget."""
-        median = self.median(effort, budget)
+    def scale(self, kind: str) -> float:
+        """The multiple of the median a task of this kind thinks for."""
+        return float(self.task_scale.get(kind, DEFAULT_TASK_SCALE.get(kind, 1.0)))
+
+    def draw(self, effort: str, rng: random.Random, budget: int | None = None,
+             scale: float = 1.0) -> int:
+        """One reply's reasoning length: lognormal around the median (times ``scale``, the
+        task's), within the budget."""
+        median = self.median(effort, budget) * scale
         if median <= 0:
             return 0
-        n = round(rng.lognormvariate(math.log(median), self.sigma)) if self.sigma > 0 else median
+        n = round(rng.lognormvariate(math.log(median), self.sigma) if self.sigma > 0 else median)
         top = MAX_REASONING_TOKENS if budget is None else min(budget, MAX_REASONING_TOKENS)
         return max(1, min(n, top))
 

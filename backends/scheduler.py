@@ -123,6 +123,7 @@ class StepResult:
     first_tokens: list[Sequence] = field(default_factory=list)  # prefill finished: token 0
     finished: list[Sequence] = field(default_factory=list)
     batch: int = 0  # sequences in the step, background included
+    slip: float = 0.0  # seconds a real-time host served it late: ``end`` includes them
 
 
 class Scheduler:

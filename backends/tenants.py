@@ -408,13 +408,21 @@ class TenantLoad:
         self.sched.queued_elsewhere = self.queued
 
     def _warm(self) -> None:
-        """Start at the stationary state: one cohort per tick of a reply's lifetime."""
+        """Start at the stationary state: one cohort per tick of a reply's lifetime. A reply
+        shorter than a tick lives within the tick it is admitted at, and the scheduler sees
+        the tick's mean (``_held``): the replica starts as at a tick, with that tick's cohort
+        (else it would start empty for a whole tick most of the time)."""
         tok = self.tick_s / self.demand.step_s if self.demand.step_s > 0 else math.inf
         if not math.isfinite(tok):
             return
         for i, (c, lam) in enumerate(zip(self.demand.classes, self.rates, strict=True)):
             left = tok * (1 - self.rng.random())  # where in its tick the oldest cohort is
             cohorts: list[tuple[float, int]] = []
+            if c.output_tokens < tok:  # admitted at the start, as at a tick
+                n = poisson(self.rng, lam * self.tick_s)
+                if n:
+                    cohorts.append((float(c.output_tokens), n))
+                left = math.inf
             while left < c.output_tokens:
                 n = poisson(self.rng, lam * self.tick_s)
                 if n:

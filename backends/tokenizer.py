@@ -27,8 +27,9 @@ How a chat prompt is counted (``count_chat_prompt``), after the OpenAI cookbook 
   ``name`` and ``tool_call_id``, and for each of its ``tool_calls`` the function name and the
   arguments text;
 * content may be a string, ``None`` or a list of parts: text parts (``text``, ``input_text``,
-  ``output_text``) count their text, image parts count a flat 85 tokens (the low-detail price),
-  Anthropic-style ``tool_use`` / ``tool_result`` blocks count their name, input JSON and content;
+  ``output_text``) count their text, image parts what their provider bills for them (OpenAI's
+  512 px tiles, Anthropic's pixels / 750: ``backends.images``), Anthropic-style ``tool_use`` /
+  ``tool_result`` blocks count their name, input JSON and content;
 * 3 tokens priming the assistant's reply;
 * each tool definition counts the tokens of its JSON text (sorted keys, compact separators).
 
@@ -52,8 +53,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from .images import part_tokens
+
 __all__ = [
-    "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "REPLY_PRIMING",
     "PromptTooLong",
@@ -65,7 +67,6 @@ __all__ = [
 
 MESSAGE_OVERHEAD = 3  # framing tokens per chat message (<|start|>role ... <|end|>)
 REPLY_PRIMING = 3  # tokens that open the assistant's reply
-IMAGE_TOKENS = 85  # flat cost of one image part (OpenAI's low-detail figure)
 
 _TOKEN_RE = re.compile(
     r" ?[^\W\d_]{1,6}"  # letters, capped so long words cost several tokens
@@ -203,7 +204,7 @@ def _count_part(part: Any) -> int:
     if not isinstance(kind, str):  # e.g. a list: unhashable (the gateway refuses it first)
         kind = None
     if kind in _IMAGE_PART_TYPES:
-        return IMAGE_TOKENS
+        return part_tokens(part)
     if kind in _TEXT_PART_TYPES or isinstance(part.get("text"), str):
         return count_tokens(str(part.get("text") or ""))
     if kind == "refusal":

@@ -4,8 +4,9 @@ A raw ASGI app under the same uvicorn set-up as ``fastmode serve`` (uvloop, http
 websockets-sansio, no per-message deflate) that replays streams recorded from fastmode: the
 same events, byte for byte, over SSE or as websocket text frames. It keeps only what pacing
 needs, built the way the gateway's hot path is: one ticker (one timer per tick, like one engine
-replica), each stream woken on the tick its next event is due (a future per tick, shared by
-every stream due then), and a stream that fell behind sends everything due in one write. What
+replica, slipping as a replica does when served late), each stream woken on the tick its next
+event is due (a future per tick, shared by every stream due then), and a stream that fell
+behind sends everything due in one write. What
 fastmode spends beyond this app is its framework, its protocol work and its bookkeeping.
 
 Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS
@@ -23,16 +24,22 @@ from typing import Any
 
 import orjson
 
+TOLERANCE_S = 0.002  # fastmode's PACING_TOLERANCE_S: the same pacing rule on both servers
+
 
 class Ticker:
     """Tick ``index`` every ``itl`` seconds on the event loop's clock; ``at(i)`` resolves at
-    tick ``i``. A late tick does not skip: it runs at once and the next one is planned from its
-    modeled time, as a replica that fell behind steps until it catches up."""
+    tick ``i``. Paced by fastmode's rule (``backends.drivers.realtime``): a tick late by up to
+    ``TOLERANCE_S`` is made up by the next sleep; later than that, the timeline slips (the next
+    tick is planned from when this one ran), counted in ``slips`` / ``slipped`` and served as
+    ``fastmode_host_lag_seconds`` on ``/metrics``, so both servers are held to one rule."""
 
     def __init__(self, itl: float) -> None:
         self.itl = itl
         self.index = 0
         self.waiters: dict[int, asyncio.Future[None]] = {}
+        self.slips = 0
+        self.slipped = 0.0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -41,6 +48,11 @@ class Ticker:
             t += self.itl
             delay = t - loop.time()
             await asyncio.sleep(delay if delay > 0 else 0)
+            late = loop.time() - t
+            if late > TOLERANCE_S:
+                t += late
+                self.slips += 1
+                self.slipped += late
             self.index += 1
             fut = self.waiters.pop(self.index, None)
             if fut is not None:
@@ -88,9 +100,12 @@ async def paced(cap: Capture, emit: Any) -> None:
 
 
 async def http(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["path"] == "/healthz":
+    if scope["path"] in ("/healthz", "/metrics"):
+        body = b"ok" if scope["path"] == "/healthz" else (
+            f"fastmode_host_lag_seconds_count {TICKER.slips}\n"
+            f"fastmode_host_lag_seconds_sum {TICKER.slipped}\n".encode())
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
+        await send({"type": "http.response.body", "body": body})
         return
     while True:  # the request body is read, as a server must
         m = await receive()

@@ -25,9 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.calibrate import (  # noqa: E402
+from backends.calibrate import (
     ErrorStats,
     Figure,
     Result,
@@ -44,7 +42,7 @@ from backends.calibrate import (  # noqa: E402
     write_engines,
     write_fits,
 )
-from backends.profiles import Catalog  # noqa: E402
+from backends.profiles import Catalog
 
 DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
 HARDWARE_TOML = DATA / "hardware.toml"

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.simulate import LengthDist, Workload  # noqa: E402
-from backends.sweep import fast_share_sweep  # noqa: E402
-from commands._common import clean, load_engine  # noqa: E402
-from commands._sweep import print_sweep  # noqa: E402
-from workload.sweep import parse_shares, sweep_row  # noqa: E402
+from backends.engine import build
+from backends.simulate import LengthDist, Workload
+from backends.sweep import fast_share_sweep
+from clients.report import json_safe
+from commands.sweep import print_sweep
+from gateway.config import load_config
+from workload.sweep import parse_shares, sweep_row
 
 
 def plot(docs: dict[str, dict[str, Any]], path: Path) -> Path:
@@ -80,7 +80,7 @@ def main() -> int:
     ap.add_argument("--plot", default="bench-results/fast_share.png")
     ap.add_argument("--json", help="write both sweeps' documents here")
     args = ap.parse_args()
-    spec, _ = load_engine(None)
+    spec = build(load_config(None).sim())  # the built-in default config's engine
     base = Workload({"standard": 1.0}, LengthDist("fixed", 2000), LengthDist("fixed", 500),
                     rate=args.rate, duration=args.duration, seed=args.seed)
     shares = parse_shares(args.shares)
@@ -93,7 +93,7 @@ def main() -> int:
         print(f"({len(shares)} points of {args.duration:g} simulated s in {wall:.1f} s of wall "
               f"time)\n")
     if args.json:
-        Path(args.json).write_text(json.dumps(clean(docs), indent=2))
+        Path(args.json).write_text(json.dumps(json_safe(docs), indent=2))
     try:
         print(f"plot: {plot(docs, Path(args.plot))}")
     except ImportError:

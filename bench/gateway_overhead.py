@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from harness import (
+
+from bench.harness import (
     ROOT,
     cores,
     cpu_seconds,
@@ -51,9 +52,7 @@ from harness import (
     toml_dumps,
     wait_healthy,
 )
-from stream_client import PROTOCOLS, Proto, capture, stream
-
-sys.path.insert(0, str(ROOT))
+from bench.stream_client import PROTOCOLS, Proto, capture, stream
 
 PY = sys.executable
 PROMPT = "fastmode-bench: stream the scripted reply"
@@ -61,7 +60,7 @@ INTERVALS = [1, 8]
 LEVEL_TIMEOUT_S = 180.0
 
 
-def bench_config(interval: int, reply: str) -> str:
+def bench_config(interval: int, reply: str, trace: bool = False) -> str:
     """The built-in config with room for thousands of spark streams, so that the gateway, not
     the modeled engine, is what saturates; ``stream_interval`` on the spark tier. One spark
     replica: the bare app paces every stream with one timer, and so does one replica (each
@@ -78,11 +77,13 @@ def bench_config(interval: int, reply: str) -> str:
         cfg["tiers"]["spark"]["stream_interval"] = interval
     server = cfg.setdefault("server", {})
     server.update(ws_max_connections=100_000, ws_max_connections_per_key=100_000)
+    if trace:  # every request's ground truth recorded (gateway.tracing): its cost on the path
+        server.update(trace_all=True)
     cfg["scripts"] = [{"match": "^fastmode-bench:", "reply": reply}]
     return toml_dumps(cfg)
 
 
-def prose(tokens: int) -> str:
+def prose(tokens: int) -> tuple[str, float]:
     """``tokens`` tokens of the mock model's prose, and what generating it costs per token."""
     from backends.mockmodel import GenerationRequest, generate
 
@@ -102,11 +103,15 @@ def prose(tokens: int) -> str:
 
 def rate_ratio(r: dict[str, Any], interval: int) -> float:
     """Received tokens/s over the modeled rate, after the first 10% of tokens (the start of a
-    level is a burst of request parsing: that is TTFT, not streaming rate)."""
-    series, info, n = r["series"], r["info"], r["tokens"]
+    level is a burst of request parsing: that is TTFT, not streaming rate). The modeled rate
+    is the model's alone: ``time_info`` without the host lag the replica slipped by
+    (``completion_host_lag_time``), so a host that could not keep up shows as a slower
+    stream, not as a model that was slower."""
+    series, info, n = r["series"], r["info"], int(r["tokens"])
     if not info or n < 20 or info.get("completion_time", 0) <= 0 or not series:
         return 0.0
-    cum, marks = 0, []
+    cum = 0
+    marks: list[tuple[float, int]] = []
     for t, events in series:
         cum += events
         marks.append((t, min(cum * interval, n)))
@@ -114,7 +119,8 @@ def rate_ratio(r: dict[str, Any], interval: int) -> float:
     (t0, c0), (t1, c1) = marks[k], marks[-1]
     if t1 <= t0:
         return 0.0
-    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / info["completion_time"])
+    modeled = float(info["completion_time"]) - float(info.get("completion_host_lag_time", 0.0))
+    return ((c1 - c0) / (t1 - t0)) / ((n - 1) / modeled)
 
 
 async def level(port: int, pid: int, proto: Proto, n: int, tokens: int, interval: int,
@@ -240,7 +246,7 @@ def ref_for(args: argparse.Namespace, interval: int) -> int:
     """Where CPU per token is compared: a load one core carries without saturating, so that
     the figure is a cost, not 1/throughput (twice the streams when events carry several
     tokens: per-request work, not events, then fills the core)."""
-    return args.ref * min(interval, 2)
+    return int(args.ref) * min(interval, 2)
 
 
 async def run_interval(args: argparse.Namespace, interval: int, reply: str,
@@ -248,7 +254,7 @@ async def run_interval(args: argparse.Namespace, interval: int, reply: str,
     """fastmode with ``stream_interval`` = interval, and the bare app replaying its streams."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "bench.toml"
-        cfg.write_text(bench_config(interval, reply))
+        cfg.write_text(bench_config(interval, reply, args.trace))
         port = free_port()
         procs = [start_pinned([PY, "-m", "commands", "serve", "--port", str(port), "--config",
                                str(cfg), "--ledger", str(Path(tmp) / "ledger.sqlite3"),
@@ -306,6 +312,8 @@ def table(results: dict[Any, Any], args: argparse.Namespace) -> list[str]:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter streams, fewer levels")
+    ap.add_argument("--trace", action="store_true",
+                    help="the server records every request's trace (serve --trace)")
     ap.add_argument("--tokens", type=int, default=None, help="tokens per stream")
     ap.add_argument("--ref", type=int, default=None,
                     help="streams at which CPU per token is compared")

@@ -1,6 +1,6 @@
 """What every benchmark script needs to run servers on loopback: ports, health, stop, CPU time.
 
-The scripts run as ``python bench/NAME.py``, so this module is importable as ``harness``.
+The benchmarks, ``scripts/`` and the tests import it as ``bench.harness``.
 Every wait is bounded; servers are only ever started on 127.0.0.1.
 """
 
@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +36,7 @@ def free_port() -> int:
     return port
 
 
-def wait_healthy(port: int, proc: subprocess.Popen | None = None, timeout: float = 60.0,
+def wait_healthy(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 60.0,
                  path: str = "/healthz") -> None:
     """Until ``GET path`` answers 200 (raw socket: no client library in the way)."""
     deadline = time.monotonic() + timeout
@@ -54,12 +55,12 @@ def wait_healthy(port: int, proc: subprocess.Popen | None = None, timeout: float
     raise RuntimeError(f"server on {port} not healthy after {timeout:.0f} s")
 
 
-def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**os.environ, **(env or {})})
 
 
-def start_gateway(*args: str) -> tuple[subprocess.Popen, str]:
+def start_gateway(*args: str) -> tuple[subprocess.Popen[bytes], str]:
     """``fastmode serve --port P ARGS...`` on a free port, healthy; returns (process, base URL)."""
     port = free_port()
     proc = start([sys.executable, "-m", "commands", "serve", "--port", str(port), *args])
@@ -71,7 +72,7 @@ def start_gateway(*args: str) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def stop(*procs: subprocess.Popen) -> None:
+def stop(*procs: subprocess.Popen[bytes]) -> None:
     for p in procs:
         if p.poll() is None:
             p.terminate()
@@ -102,7 +103,7 @@ def pin_self(core: int | None) -> None:
         os.sched_setaffinity(0, {core})
 
 
-def start_pinned(argv: list[str], core: int | None) -> subprocess.Popen:
+def start_pinned(argv: list[str], core: int | None) -> subprocess.Popen[bytes]:
     """A server process bound to ``core`` from its first instruction (threads included)."""
     def pin() -> None:
         if core is not None:
@@ -114,7 +115,7 @@ def start_pinned(argv: list[str], core: int | None) -> subprocess.Popen:
 
 # -- config files ---------------------------------------------------------------------------
 
-def toml_dumps(data: dict, prefix: str = "") -> str:
+def toml_dumps(data: dict[str, Any], prefix: str = "") -> str:
     """TOML for what ``tomllib`` reads from fastmode's config (tables, arrays of tables,
     scalars, lists of scalars), so a bench can patch the built-in config by key, not by text."""
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and not _tables(v)}

@@ -27,10 +27,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from harness import start_gateway, stop
+
+from bench.harness import start_gateway, stop
 
 PROBE_S = 0.01
 DOTS = 15_600_000  # "." tokens: the most tokens per byte the tokenizer gives
@@ -53,27 +55,27 @@ def _dots(n: int = DOTS) -> str:
     return "." * n
 
 
-def chat(messages: list, **extra: object) -> dict:
+def chat(messages: list[Any], **extra: object) -> dict[str, Any]:
     return {"model": "frontier", "max_tokens": 16, "messages": messages, **extra}
 
 
-def user(content: object) -> list:
+def user(content: object) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}]
 
 
-def responses(input_: object, **extra: object) -> dict:
+def responses(input_: object, **extra: object) -> dict[str, Any]:
     return {"model": "frontier", "max_output_tokens": 16, "input": input_, **extra}
 
 
-def messages(msgs: list, **extra: object) -> dict:
+def messages(msgs: list[Any], **extra: object) -> dict[str, Any]:
     return {"model": "frontier", "max_tokens": 16, "messages": msgs, **extra}
 
 
-def tool(name: str, parameters: dict) -> dict:
+def tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
 
 
-def enum_schema(n: int) -> dict:
+def enum_schema(n: int) -> dict[str, Any]:
     return {"type": "object", "properties": {"x": {"enum": list(range(n))}}}
 
 

@@ -28,9 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT, free_port
-
-sys.path.insert(0, str(ROOT))
+from bench.harness import ROOT, free_port
 
 TOKEN_EVENT = (
     b'data: {"id":"chatcmpl-88b25500000001","object":"chat.completion.chunk","created":1795316791,'
@@ -101,7 +99,7 @@ def serve_main(port: int, per_write: int) -> None:
     uvloop.run(_serve(port, per_write))
 
 
-def start_server(per_write: int) -> tuple[subprocess.Popen, str]:
+def start_server(per_write: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--per-write",
                              str(per_write)], cwd=ROOT)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import ROOT, start_gateway, stop
+from bench.harness import ROOT, start_gateway, stop
 
 
 def main() -> int:

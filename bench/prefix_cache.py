@@ -25,18 +25,15 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.drivers import Arrival, VirtualDriver  # noqa: E402
-from backends.engine import build  # noqa: E402
-from backends.prefix_cache import CacheRouting  # noqa: E402
-from backends.scheduler import Sequence  # noqa: E402
-from backends.tokenizer import count_chat_prompt  # noqa: E402
-from gateway.caching import chat_units, openai_prefix  # noqa: E402
-from gateway.config import load_config  # noqa: E402
+from backends.drivers import Arrival, VirtualDriver
+from backends.engine import build
+from backends.prefix_cache import CacheRouting
+from backends.scheduler import Sequence
+from backends.tokenizer import count_chat_prompt
+from gateway.caching import chat_units, openai_prefix
+from gateway.config import load_config
 
 WORDS = ("build test cache kernel batch token queue prefill decode replica shard latency "
          "error warning passed failed module import request stream").split()

@@ -30,11 +30,9 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from harness import ROOT, free_port, stop, wait_healthy
 
-sys.path.insert(0, str(ROOT))
-
-from gateway.config import default_config_text  # noqa: E402
+from bench.harness import ROOT, free_port, stop, wait_healthy
+from gateway.config import default_config_text
 
 KEY = "sk-bench-limited"
 BODY = {"model": "frontier-spark", "messages": [{"role": "user", "content": "hi"}],

@@ -19,17 +19,13 @@ import argparse
 import asyncio
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT, free_port
-
-sys.path.insert(0, str(ROOT))
-
-from gateway.state import SQLiteState, StateBackend, StoredResponse, UsageRow  # noqa: E402
-from gateway.state.redis_backend import RedisState  # noqa: E402
+from bench.harness import free_port
+from gateway.state import SQLiteState, StateBackend, StoredResponse, UsageRow
+from gateway.state.redis_backend import RedisState
 
 
 def row(i: int) -> UsageRow:

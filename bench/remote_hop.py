@@ -24,9 +24,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
-from harness import ROOT, free_port, stop, wait_healthy
+
+from bench.harness import ROOT, free_port, stop, wait_healthy
 
 TOKENS = 400
 USER = [{"role": "user", "content": "Explain continuous batching."}]
@@ -45,7 +47,7 @@ CASES = {
 }
 
 
-async def one(port: int, path: str, body: dict, marker: bytes) -> tuple[list[float], float]:
+async def one(port: int, path: str, body: dict[str, Any], marker: bytes) -> tuple[list[float], float]:
     """(lag of each token, lag of the first), seconds."""
     raw = orjson.dumps(body)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

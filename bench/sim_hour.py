@@ -20,13 +20,11 @@ import os
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.simulate import LengthDist, Workload, simulate  # noqa: E402
-from commands._common import load_engine  # noqa: E402
-from commands.simulate import print_simulation  # noqa: E402
+from backends.engine import build
+from backends.simulate import LengthDist, Workload, simulate
+from commands.simulate import print_simulation
+from gateway.config import load_config
 
 TARGET_WALL_S = 10.0
 
@@ -39,7 +37,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    spec, _ = load_engine(None)
+    spec = build(load_config(None).sim())  # the built-in default config's engine
     wl = Workload(
         mix={"standard": 0.7, "fast": 0.2, "spark": 0.1},
         prompt=LengthDist("fixed", 2000),

@@ -38,16 +38,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
 import websockets
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.harness import free_port  # noqa: E402
-from gateway.config import default_config_text  # noqa: E402
+from bench.harness import ROOT, free_port
+from bench.soak_watch import FROZEN_AFTER_S, log_findings, metric, watch_replicas
+from gateway.config import default_config_text
 
 ADMIN = {"authorization": "Bearer soak-admin"}
 CONFIG_EXTRA = """
@@ -58,6 +57,7 @@ key = "soak-admin"
 FAULTS = ["429", "500", "503", "529", "cut;after=5", "malformed;after=3",
           "error-event;after=4", "stall;after=2;s=0.5"]
 USER = [{"role": "user", "content": "Explain continuous batching in two paragraphs."}]
+READ_TIMEOUT_S = 60.0  # a request that gets no byte for this long is counted as hung
 
 
 @dataclass
@@ -75,17 +75,19 @@ class Tally:
     outcomes: list[Outcome] = field(default_factory=list)
     sent: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # unexpected client exceptions
+    hung: Counter[str] = field(default_factory=Counter)  # no byte for READ_TIMEOUT_S, by API
 
 
-def draw(rng: random.Random) -> dict:
+def draw(rng: random.Random, disconnects: float = 0.05, faults: float = 0.06) -> dict[str, Any]:
     r = rng.random()
     api = "chat" if r < 0.4 else "responses" if r < 0.7 else "messages" if r < 0.9 else "ws"
     spark = rng.random() < 0.4
     fast = not spark and rng.random() < 0.25
     b = rng.random()
-    behaviour = ("disconnect" if b < 0.05 else "slow" if b < 0.08 else "stall" if b < 0.09
+    d = disconnects
+    behaviour = ("disconnect" if b < d else "slow" if b < d + 0.03 else "stall" if b < d + 0.04
                  else "plain")
-    fault = rng.choice(FAULTS) if rng.random() < 0.06 else None
+    fault = rng.choice(FAULTS) if rng.random() < faults else None
     stream = api == "ws" or rng.random() < {"chat": 0.7, "responses": 0.5,
                                             "messages": 0.6}.get(api, 1)
     return {"api": api, "model": "frontier-spark" if spark else "frontier", "fast": fast,
@@ -93,7 +95,7 @@ def draw(rng: random.Random) -> dict:
             "max_tokens": rng.randint(20, 300)}
 
 
-def request_body(d: dict) -> tuple[str, dict]:
+def request_body(d: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     prefix = "/fast/v1" if d["fast"] else "/v1"
     if d["api"] == "chat":
         body = {"model": d["model"], "messages": USER, "max_tokens": d["max_tokens"],
@@ -109,7 +111,7 @@ def request_body(d: dict) -> tuple[str, dict]:
                                   "max_tokens": d["max_tokens"], "stream": d["stream"]}
 
 
-def usage_of(api: str, obj: dict, out: Outcome) -> None:
+def usage_of(api: str, obj: dict[str, Any], out: Outcome) -> None:
     """Fill the outcome's tokens and cost from a usage object the server sent."""
     if api == "chat":
         out.input_tokens, out.output_tokens = obj["prompt_tokens"], obj["completion_tokens"]
@@ -122,7 +124,7 @@ def usage_of(api: str, obj: dict, out: Outcome) -> None:
     out.cost = obj["cost_usd"]
 
 
-async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outcome:
+async def http_request(client: httpx.AsyncClient, d: dict[str, Any], lag_s: float) -> Outcome:
     path, body = request_body(d)
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     out = Outcome("failed", d["api"])
@@ -184,7 +186,7 @@ async def http_request(client: httpx.AsyncClient, d: dict, lag_s: float) -> Outc
     return out
 
 
-async def ws_request(url: str, d: dict) -> Outcome:
+async def ws_request(url: str, d: dict[str, Any]) -> Outcome:
     out = Outcome("failed", "ws")
     headers = {"x-fastmode-fault": d["fault"]} if d["fault"] else {}
     ws_url = url.replace("http://", "ws://") + ("/fast/v1" if d["fast"] else "/v1") + "/responses"
@@ -195,7 +197,7 @@ async def ws_request(url: str, d: dict) -> Outcome:
         n = 0
         while True:
             try:
-                event = json.loads(await ws.recv())
+                event = json.loads(await asyncio.wait_for(ws.recv(), READ_TIMEOUT_S))
             except ValueError:
                 continue  # an injected malformed frame: the turn goes on
             n += 1
@@ -213,17 +215,20 @@ async def ws_request(url: str, d: dict) -> Outcome:
                 return out
 
 
-async def client_loop(i: int, url: str, deadline: float, tally: Tally, seed: int,
+async def client_loop(i: int, url: str, deadline: float, tally: Tally, args: argparse.Namespace,
                       lag_s: float) -> None:
-    rng = random.Random(seed * 1000 + i)
-    timeout = httpx.Timeout(60, connect=10)
+    rng = random.Random(args.seed * 1000 + i)
+    timeout = httpx.Timeout(READ_TIMEOUT_S, connect=10)
     async with httpx.AsyncClient(base_url=url, timeout=timeout) as client:
         while time.monotonic() < deadline:
-            d = draw(rng)
+            d = draw(rng, args.disconnects, args.faults)
             tally.sent += 1
             try:
                 out = await (ws_request(url, d) if d["api"] == "ws"
                              else http_request(client, d, lag_s))
+            except (httpx.TimeoutException, TimeoutError):
+                tally.hung[d["api"]] += 1
+                out = Outcome("failed", d["api"])
             except (httpx.HTTPError, websockets.WebSocketException, OSError):
                 out = Outcome("failed", d["api"])
             except Exception as exc:  # noqa: BLE001 - a client bug must not end the loop
@@ -232,15 +237,7 @@ async def client_loop(i: int, url: str, deadline: float, tally: Tally, seed: int
             tally.outcomes.append(out)
 
 
-def metric(url: str, name: str) -> float:
-    total = 0.0
-    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-async def soak(args: argparse.Namespace) -> dict:
+async def soak(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="fastmode-soak-"))
     lag_s = 5.0
     cfg = tmp / "soak.toml"
@@ -267,8 +264,12 @@ async def soak(args: argparse.Namespace) -> dict:
         duration = args.minutes * 60
         deadline = started + duration
         tally = Tally()
-        clients = [asyncio.create_task(client_loop(i, url, deadline, tally, args.seed, lag_s))
+        clients = [asyncio.create_task(client_loop(i, url, deadline, tally, args, lag_s))
                    for i in range(args.concurrency)]
+        frozen: dict[str, float] = {}
+        unready: Counter[str] = Counter()
+        watcher = asyncio.create_task(watch_replicas(url, deadline + READ_TIMEOUT_S, frozen,
+                                                     unready))
         warm_at = started + duration * args.warmup
         rss_warm = None
         rss_samples: list[tuple[float, float]] = []
@@ -279,6 +280,7 @@ async def soak(args: argparse.Namespace) -> dict:
             if rss_warm is None and time.monotonic() >= warm_at:
                 rss_warm = rss
         await asyncio.gather(*clients, return_exceptions=True)
+        watcher.cancel()
         rss_end = proc.memory_info().rss / 2**20
         # the clients stopped: everything admitted must end (stalled ones are cut by the lag)
         settle_deadline = time.monotonic() + lag_s + 15
@@ -296,13 +298,16 @@ async def soak(args: argparse.Namespace) -> dict:
         server.send_signal(signal.SIGTERM)
         code = server.wait(60)
         log.close()
+    health = {"frozen_replicas": frozen, "unready_polls": dict(unready),
+              "server_log": dict(log_findings(tmp / "server.log"))}
     return report(tally, rows, rss_warm or rss_end, rss_end, rss_samples, leaked_turns,
-                  leaked_slots, faults, code, args, tmp)
+                  leaked_slots, faults, code, args, tmp, health)
 
 
-def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
+def report(tally: Tally, rows: list[dict[str, Any]], rss_warm: float, rss_end: float,
            samples: list[tuple[float, float]], leaked_turns: float, leaked_slots: float,
-           faults: float, code: int, args: argparse.Namespace, tmp: Path) -> dict:
+           faults: float, code: int, args: argparse.Namespace, tmp: Path,
+           health: dict[str, Any]) -> dict[str, Any]:
     kinds = Counter(o.kind for o in tally.outcomes)
     by_id = {r["request_id"]: r for r in rows}
     completed = [o for o in tally.outcomes if o.kind == "completed"]
@@ -342,12 +347,20 @@ def report(tally: Tally, rows: list[dict], rss_warm: float, rss_end: float,
         print(f"  unexpected client exceptions: {dict(tally.errors)}")
     print(f"  leaked: turns in flight {leaked_turns:.0f}, our sequences in a batch "
           f"{leaked_slots:.0f} (target 0)")
+    print(f"  hung requests (no byte for {READ_TIMEOUT_S:g} s): {sum(tally.hung.values())} "
+          f"{dict(tally.hung) or ''}")
+    print(f"  frozen replicas (work, no step for >= {FROZEN_AFTER_S:g} s): "
+          f"{health['frozen_replicas'] or 'none'}; /readyz unhealthy (polls): "
+          f"{health['unready_polls'] or 'none'}")
+    print("  server log: " + (", ".join(f"{k} x{v}" for k, v in sorted(
+        health["server_log"].items())) or "no tracebacks"))
     print(f"  server exit status after SIGTERM: {code}")
     return {"sent": tally.sent, "outcomes": dict(kinds), "ledger": dict(ended),
             "missing": len(missing), "mismatched": len(mismatched), "rss_warm_mib": rss_warm,
             "rss_end_mib": rss_end, "rss_drift_pct": drift,
             "rss_second_half_drift_pct": half_drift, "client_errors": dict(tally.errors), "leaked_turns": leaked_turns,
             "leaked_slots": leaked_slots, "faults": faults, "exit": code,
+            "hung": dict(tally.hung), **health,
             "rss_samples": samples}
 
 
@@ -379,6 +392,10 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--disconnects", type=float, default=0.05,
+                   help="share of streamed requests whose client leaves mid-stream")
+    p.add_argument("--faults", type=float, default=0.06,
+                   help="share of requests sent with an x-fastmode-fault header")
     p.add_argument("--warmup", type=float, default=0.3,
                    help="share of the run before the RSS baseline is read (default 0.3)")
     p.add_argument("--json", help="write the figures to this file")

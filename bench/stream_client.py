@@ -35,9 +35,9 @@ class Proto:
     final: Callable[[list[dict[str, Any]]], tuple[dict[str, Any], int]]  # time_info, tokens
 
 
-def _chat_final(events: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
-    info = next((e["time_info"] for e in events if "time_info" in e), {})
-    usage = next((e["usage"] for e in events if e.get("usage")), {})
+def chat_final(events: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
+    info: dict[str, Any] = next((e["time_info"] for e in events if "time_info" in e), {})
+    usage: dict[str, Any] = next((e["usage"] for e in events if e.get("usage")), {})
     return info, usage.get("completion_tokens", 0)
 
 
@@ -56,7 +56,7 @@ def _messages_final(events: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
     return {}, 0
 
 
-def _user(prompt: str) -> list[dict[str, str]]:
+def user_messages(prompt: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": prompt}]
 
 
@@ -64,7 +64,7 @@ PROTOCOLS: dict[str, Proto] = {
     "chat": Proto("Chat SSE", "/v1/chat/completions", False, b'"delta":{"content":',
                   lambda p, n: {"model": MODEL, "stream": True, "max_tokens": n,
                                 "stream_options": {"include_usage": True},
-                                "messages": _user(p)}, _chat_final),
+                                "messages": user_messages(p)}, chat_final),
     "responses": Proto("Responses SSE", "/v1/responses", False,
                        b'"type":"response.output_text.delta"',
                        lambda p, n: {"model": MODEL, "stream": True, "max_output_tokens": n,
@@ -75,7 +75,7 @@ PROTOCOLS: dict[str, Proto] = {
                                         "max_output_tokens": n, "input": p}, _responses_final),
     "messages": Proto("Anthropic SSE", "/v1/messages", False, b'"type":"text_delta"',
                       lambda p, n: {"model": MODEL, "stream": True, "max_tokens": n,
-                                    "messages": _user(p)}, _messages_final),
+                                    "messages": user_messages(p)}, _messages_final),
 }
 WS_END = (b'{"type":"response.completed"', b'{"type":"response.incomplete"',
           b'{"type":"response.failed"', b'{"type":"error"')  # how a terminal event begins
@@ -294,4 +294,6 @@ async def capture(port: int, proto: Proto, prompt: str, tokens: int,
     return {"opening": sep.join(events[:first]) + (sep if first and sep else ""),
             "events": events[first:last + 1],
             "closing": sep.join(events[last + 1:]) + (sep if sep else ""),
-            "tokens": n, "interval": interval, "itl": info["completion_time"] / max(n - 1, 1)}
+            "tokens": n, "interval": interval,  # the model's pace, without host lag
+            "itl": (info["completion_time"] - info.get("completion_host_lag_time", 0.0))
+            / max(n - 1, 1)}

@@ -31,10 +31,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from conftest import start_server, stop_server  # noqa: E402
+from bench.harness import start_gateway, stop
 
 TOKENIZER = textwrap.dedent('''
     import json, sys
@@ -66,7 +63,7 @@ def main() -> int:
     python = str(Path(args.vllm).parent / "python")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([python, "-c", TOKENIZER, tmp], check=True)
-        proc, url = start_server()
+        proc, url = start_gateway()
         try:
             cmd = [args.vllm, "bench", "serve", "--backend", "openai", "--base-url", url,
                    "--endpoint", "/v1/completions", "--model", "frontier", "--tokenizer", tmp,
@@ -84,7 +81,7 @@ def main() -> int:
                 print(done.stderr[-4000:], file=sys.stderr)
                 return done.returncode
         finally:
-            stop_server(proc)
+            stop(proc)
     return 0
 
 

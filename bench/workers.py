@@ -27,9 +27,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
-from harness import ROOT, cpu_seconds, free_port, stop, wait_healthy
+
+from bench.harness import ROOT, cpu_seconds, free_port, stop, wait_healthy
 
 TOKENS = 1500
 POLL_S = 0.01
@@ -69,7 +71,7 @@ class Stream:
         self.marks: list[tuple[float, int]] = []  # (poll time, tokens so far)
         self.tail = b""
         self.done = False
-        self.time_info: dict | None = None
+        self.time_info: dict[str, Any] | None = None
 
     def poll(self, now: float) -> None:
         got = b""
@@ -100,10 +102,14 @@ class Stream:
         # the role chunk ({"role":"assistant","content":""...) does not match the pattern
 
     def rate_ratio(self) -> float:
-        """Steady received rate (tokens 10%..end) over the modeled rate."""
+        """Steady received rate (tokens 10%..end) over the modeled rate: the model's own,
+        without the host lag a replica slipped by (``completion_host_lag_time``), so a gateway
+        that could not keep up shows as a slower stream."""
         if self.time_info is None or len(self.marks) < 3:
             return 0.0
-        modeled = (self.tokens - 1) / self.time_info["completion_time"]
+        info = self.time_info
+        modeled = (self.tokens - 1) / (float(info["completion_time"])
+                                       - float(info.get("completion_host_lag_time", 0.0)))
         start = next(m for m in self.marks if m[1] >= self.tokens * 0.1)
         end = self.marks[-1]
         if end[0] <= start[0]:
@@ -111,7 +117,7 @@ class Stream:
         return (end[1] - start[1]) / (end[0] - start[0]) / modeled
 
 
-def level(port: int, pids: list[int], n: int) -> dict:
+def level(port: int, pids: list[int], n: int) -> dict[str, Any]:
     cpu0 = sum(cpu_seconds(p) for p in pids)
     streams = [Stream(port, i) for i in range(n)]
     t0 = time.monotonic()
@@ -146,7 +152,7 @@ def children(pid: int) -> list[int]:
     return out
 
 
-def sweep(workers: int, config: Path, start: int, limit: int) -> list[dict]:
+def sweep(workers: int, config: Path, start: int, limit: int) -> list[dict[str, Any]]:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--workers",
                              str(workers), "--port", str(port), "--config", str(config),

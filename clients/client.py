@@ -252,8 +252,8 @@ class Client:
                 if isinstance(parser, ChatParser):
                     yield parser.done(time.perf_counter())
         except httpx.HTTPError as exc:
-            yield Error(f"{type(exc).__name__}: {exc}", time.perf_counter(),
-                        code="connection_error")
+            yield Error(f"cannot reach {url}: {type(exc).__name__}: {exc}",
+                        time.perf_counter(), code="connection_error")
 
     async def _ws_turn(self, body: dict[str, Any], summary: Summary) -> AsyncIterator[Event]:
         async with self._turn_lock:

@@ -141,13 +141,21 @@ class Summary:
 
     @property
     def tokens_per_s(self) -> float | None:
-        """Decode speed: tokens after the first over the time from first to last token."""
-        if self.first_token_at is None or self.last_token_at is None:
+        """Decode speed: tokens after the first over the time from the first to the last.
+
+        The server's own clock when it reports one (``time_info.completion_time``, fastmode's
+        and Cerebras' convention: it spans every output token, reasoning included, so it
+        matches ``tokens``). Otherwise the client's: visible deltas over their span, and only
+        from 3 deltas on. A short reply's few events can arrive in one read, and the billed
+        count includes reasoning tokens never streamed in Chat: either made a 9-token reply
+        read "20,380 tok/s"."""
+        completion = (self.time_info or {}).get("completion_time")
+        if isinstance(completion, (int, float)) and completion > 0 and self.tokens >= 2:
+            return (self.tokens - 1) / completion
+        if self.first_token_at is None or self.last_token_at is None or self.deltas < 3:
             return None
         span = self.last_token_at - self.first_token_at
-        if self.tokens < 2 or span <= 0:
-            return None
-        return (self.tokens - 1) / span
+        return (self.deltas - 1) / span if span > 0 else None
 
     def line(self) -> str:
         """``TTFT 84 ms · 1,093 tok/s · 120 tokens · $0.001234 · tier spark``."""

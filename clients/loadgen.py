@@ -30,7 +30,7 @@ from .http_transport import HttpTransport
 from .load_config import LoadConfig, LoadError
 from .progress import Progress
 from .records import Live, RequestResult, RunResult
-from .workload import RequestSpec
+from .workload import RequestSpec, Sampler
 from .ws_transport import WsTransport
 
 
@@ -155,9 +155,8 @@ class LoadGenerator:
         if cfg.replay_offsets:
             return ((s.offset or 0.0, s) for s in self.specs)
         assert cfg.rate is not None
-        timed = getattr(self.source, "timed", None)
-        if timed is not None:  # a Sampler: arrivals and requests from one seeded stream
-            return timed(cfg.rate, cfg.arrivals, cfg.phase)
+        if isinstance(self.source, Sampler):  # arrivals and requests from one seeded stream
+            return self.source.timed(cfg.rate, cfg.arrivals, cfg.phase)
         offsets = arrival_offsets(cfg.rate, cfg.arrivals, cfg.seed, cfg.phase)
         return zip(offsets, self.specs, strict=False)
 

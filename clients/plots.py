@@ -163,7 +163,8 @@ def plot_fast_share(rows: list[dict[str, Any]], path: str | Path, title: str) ->
     x = [100 * r["fast_share"] for r in rows]
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 4.5))
 
-    def line(ax: Any, key: str, label: str, col: str, style: str = "-", scale: float = 1.0):
+    def line(ax: Any, key: str, label: str, col: str, style: str = "-",
+             scale: float = 1.0) -> None:
         pts = [(xi, r[key] * scale) for xi, r in zip(x, rows, strict=True) if r.get(key) is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, marker="o", color=col,

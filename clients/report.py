@@ -50,7 +50,7 @@ def fmt_usd(x: float | None) -> str:
     return f"${x:,.4f}" if abs(x) < 1 else f"${x:,.2f}"
 
 
-def json_safe(obj: Any) -> Any:
+def json_safe(obj: object) -> Any:
     """JSON-safe: non-finite floats become null."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -59,6 +59,11 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [json_safe(v) for v in obj]
     return obj
+
+
+def json_safe_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """A JSON document made JSON-safe (``json_safe`` on each value): still a document."""
+    return {k: json_safe(v) for k, v in doc.items()}
 
 
 def document(
@@ -71,7 +76,7 @@ def document(
                            "generator": generator, **summary}
     if compare_sim is not None:
         doc["compare_sim"] = compare_sim
-    return json_safe(doc)
+    return json_safe_doc(doc)
 
 
 def write_json(path: str | Path, doc: dict[str, Any]) -> None:

@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "commands.chat",
     "commands.bench",
     "commands.calibrate",
+    "commands.verify",
+    "commands.replay_check",
 )
 
 

@@ -62,11 +62,20 @@ def fmt_n(x: float | None, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
 
 
+# a pipe or a file has no width: rich would squeeze (and cut, with "…") every table to 80
+# columns; tables take only the width they need, so a wide cap loses nothing
+PIPE_WIDTH = 1000
+
+
 def console() -> Any:
-    """A rich console on stdout (imported late: ``--json`` runs never load rich)."""
+    """A rich console on stdout (imported late: ``--json`` runs never load rich); piped, as
+    wide as the tables are."""
     from rich.console import Console
 
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    out = Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    if not out.is_terminal:
+        out = Console(file=sys.stdout, highlight=False, soft_wrap=False, width=PIPE_WIDTH)
+    return out
 
 
 def table(columns: list[str]) -> Any:

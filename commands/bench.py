@@ -27,6 +27,8 @@ from clients.stats import Price, parse_price_table
 from clients.trace_reader import TraceError, read_trace
 from clients.workload import DIST_KINDS, LengthDist, WorkloadError, parse_routes
 
+from ._common import PIPE_WIDTH
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
@@ -34,7 +36,7 @@ class UsageError(ValueError):
     """Bad flags: ``fastmode bench: error: ...`` and exit status 2 (see ``commands``)."""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench",
         help="load-test a server per tier: TTFT, tokens/s, goodput, cost (table, JSON, plots)",
@@ -121,9 +123,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def console() -> Console:
-    """The terminal; a pipe or a file gets 160 columns instead of rich's 80-column squeeze."""
+    """The terminal; a pipe or a file gets the tables' own width instead of rich's 80-column
+    squeeze (``_common.PIPE_WIDTH``)."""
     out = Console()
-    return out if out.is_terminal else Console(width=160)
+    return out if out.is_terminal else Console(width=PIPE_WIDTH)
 
 
 def _prices(text: str | None) -> dict[str, Price] | None:

@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import Any
 
 from clients.client import TIERS, Client, tier_url
 from clients.events import Error, TextDelta, ToolCallDelta
@@ -22,7 +21,7 @@ class UsageError(ValueError):
     """A bad flag: ``fastmode chat: error: ...`` and exit status 2 (see ``commands``)."""
 
 
-def register(sub: argparse._SubParsersAction[Any]) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "chat",
         help="stream one answer to the terminal, then TTFT, tokens/s, tokens, cost and tier",
@@ -72,7 +71,10 @@ async def _chat(args: argparse.Namespace) -> int:
                     out.write("\n")
                 code = f" {event.code}" if event.code else ""
                 status = f" {event.status}" if event.status else ""
-                print(f"fastmode chat: error{status}{code}: {event.message}", file=sys.stderr)
+                hint = (f" (is a server running there? start one with `fastmode serve`, or pass "
+                        f"--url; tried {args.url})") if event.code == "connection_error" else ""
+                print(f"fastmode chat: error{status}{code}: {event.message}{hint}",
+                      file=sys.stderr)
                 return 1
             else:
                 continue

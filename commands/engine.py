@@ -9,7 +9,7 @@ from gateway.config import load_config
 from gateway.engine_config import engine_config
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "engine", help="serve one deployment of the config as an OpenAI-compatible engine"
     )

@@ -16,23 +16,30 @@ from pydantic import ValidationError
 
 from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
 
+from . import _cassettes
+
 
 class UsageError(Exception):
     """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="run the gateway (HTTP + websocket) on the config's tiers")
     p.add_argument("--host", help="bind address (default: config server.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
+    p.add_argument("--trace", action="store_true", default=None,
+                   help="record every request's ground truth (GET /v1/fastmode/traces; "
+                        "without it, only requests with x-fastmode-trace: 1)")
+    p.add_argument("--trace-file", help="also append each finished trace to this JSONL file")
     p.add_argument("--ledger", help="usage ledger / state file (SQLite; default: config "
                    "[state] path, fastmode-ledger.sqlite3 in the working directory)")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes on the one port, each owning a share of every "
                    "deployment's replicas (default 1; see docs/deployment.md)")
+    _cassettes.add_arguments(p)  # --record, --replay, --replay-*, --upstream
     p.set_defaults(func=run)
 
 
@@ -68,6 +75,10 @@ def configure(args: argparse.Namespace) -> Config:
         updates["port"] = args.port
     if args.emulate_rtt_ms is not None:
         updates["emulate_rtt_ms"] = args.emulate_rtt_ms
+    if getattr(args, "trace", None):
+        updates["trace_all"] = True
+    if getattr(args, "trace_file", None):
+        updates["trace_file"] = args.trace_file
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
         state = config.state
@@ -80,6 +91,7 @@ def configure(args: argparse.Namespace) -> Config:
                 "path": "--ledger"}.get(name, name)
         raise UsageError(f"{flag}: {err['msg']}") from None
     check_ledger(state.path, state.redis_url)
+    config = _cassettes.apply(args, config)
     return config.model_copy(update={"server": server, "state": state})
 
 
@@ -157,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  websocket:            ws://{server.host}:{port}/v1/responses")
     print(f"  metrics:              {base}/metrics")
     print(f"  dashboard:            {base}/dashboard   (the buses filling, live)")
+    for line in _cassettes.describe(config):
+        print(line)
     print(f"  usage ledger:         {ledger_location(config.state)}", flush=True)
     serve(app, config, [sock], args.log_level)  # uvicorn with the gateway's settings
     return 0
@@ -182,7 +196,7 @@ def run_workers(args: argparse.Namespace, config: Config) -> int:
     print(f"fastmode gateway — {args.workers} workers on {base} (SO_REUSEPORT); tiers:")
     for line in describe(config):
         print(line)
-    for line in describe_workers(supervisor.configs):
+    for line in describe_workers(supervisor.configs) + _cassettes.describe(config):
         print(line)
     print(f"  OpenAI base_url:      {base}/v1", flush=True)
     return supervisor.run()

@@ -17,8 +17,8 @@ from backends.simulate import Workload, simulate
 from workload import ARRIVAL_KINDS, DIST_KINDS, LengthDist, WorkloadError, parse_mix
 
 from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
-from ._sweep import add_arguments as add_sweep_arguments
-from ._sweep import print_fleet, run_sweep
+from .sweep import add_arguments as add_sweep_arguments
+from .sweep import print_fleet, run_sweep
 
 DEFAULT_MIX = {"standard": 0.7, "fast": 0.2, "spark": 0.1}
 

@@ -24,6 +24,7 @@ from backends.scheduler import Scheduler
 
 from . import overflow, ratelimit
 from .auth import Authenticator
+from .cassettes.hooks import Cassettes
 from .config import Config
 from .decision import Decision, decide
 from .engine_admission import EngineAdmission
@@ -33,11 +34,11 @@ from .job import Job
 from .ledger import job_row
 from .metrics import Metrics, add_gauge
 from .request import TurnRequest
-from .roles import STANDARD
 from .routing import Router, busy
 from .settlement import settle
 from .state import StateBackend, UsageRow, open_state
 from .tickets import Admission, Refused, Ticket
+from .tracing import Traces
 
 
 class InFlight(Protocol):
@@ -65,10 +66,13 @@ class Gateway:
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
         # tier name -> the backend of a tier not served in process (``gateway.remote``)
         self.backends: dict[str, Admission] = {}
+        self.cassettes: Cassettes | None = None  # --record / --replay (gateway.cassettes)
         self.started_at = time.time()
         self.draining = False  # graceful shutdown began: new requests are refused
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose
         self.turns: set[InFlight] = set()  # turns in flight
+        server = config.server  # ground truth per request (gateway.tracing)
+        self.traces = Traces(server.trace_all, server.trace_keep, server.trace_file)
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 
@@ -181,7 +185,7 @@ class Gateway:
         standard = decision.standard
         self.metrics.downgrades.labels(standard.name).inc()
         ticket = dataclasses.replace(
-            ticket, tier=standard, role=STANDARD, pool_full=False,
+            ticket, tier=standard, role=decision.standard_role, pool_full=False,
             cap=self.router.max_output(standard, prompt, request.max_tokens))
         try:
             return await self.backend(standard).admit(ticket)

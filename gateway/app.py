@@ -21,19 +21,38 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from . import admin, dashboard, health, ledger, netem, protocols, responses_api, vllm_metrics
+from . import (
+    admin,
+    batches,
+    conversations,
+    dashboard,
+    embeddings,
+    health,
+    ledger,
+    netem,
+    protocols,
+    replica_health,
+    responses_api,
+    traces_api,
+    vllm_metrics,
+)
 from .admission import Gateway
+from .background import Background
+from .cassettes import hooks as cassettes
 from .config import Config, load_config
 from .errors import APIError
+from .host_lag import HostLag
 from .ids import new_id
-from .json_response import json_response
+from .lane import Endpoint, Lane
 from .limits import BodyLimit
+from .models_api import add_routes as add_model_routes
 from .protocols.anthropic_messages import count_tokens
 from .remote import RemoteTiers
 from .response_store import ResponseStore
 from .shutdown import Shutdown
 from .state import StateBackend
 from .state.health import StateCollector
+from .stored_chat_api import add_routes as add_stored_chat_routes
 from .turn import internal_error
 from .turn_http import RAW_SEND, http_endpoint
 from .watchdog import Watchdog
@@ -52,11 +71,46 @@ class _QuietCuts(logging.Filter):
 
 class _App(FastAPI):
     """FastAPI with the server's own ``send`` in each scope (``RAW_SEND``), for the streaming
-    hot path: one dict store per request saves three wrapper calls per token event."""
+    hot path: one dict store per request saves three wrapper calls per token event, and lets
+    the engine's step write token events itself (push mode, ``gateway.push``).
+
+    Token events written with it skip the middleware added to this app, so it is offered only
+    while every such middleware is one known not to touch a response body (``RAW_SEND_SAFE``).
+    Add any other (``GZipMiddleware`` rewrites bodies) and streams go through the middleware's
+    ``send``, written by the turn's own task: correct, at Starlette's cost per event (a warning
+    says so at the first request). Middleware wrapped around the app from outside gets the
+    server's send through this app's ``send`` argument, so it sees every byte either way."""
+
+    raw_send_ok: bool | None = None  # decided at the first request (middleware is fixed then)
+    lane: Lane | None = None  # the model endpoints past the framework (``gateway.lane``)
+    endpoints: dict[str, Endpoint]  # path -> model endpoint, for the lane
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[RAW_SEND] = send
+        ok = self.raw_send_ok
+        if ok is None:
+            ok = self.raw_send_ok = _raw_send_ok(self)
+            if ok:  # (a middleware that may rewrite bodies sees every request: no lane)
+                self.lane = Lane(self, self.endpoints, internal_error)
+        if ok:
+            scope[RAW_SEND] = send
+            lane = self.lane
+            if lane is not None and lane.takes(scope):
+                await lane.asgi(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
+
+
+# middleware of this app that never rewrites a response body: the raw send may skip it
+RAW_SEND_SAFE: tuple[Any, ...] = (BodyLimit, netem.NetemMiddleware)
+
+
+def _raw_send_ok(app: FastAPI) -> bool:
+    other = [m.cls for m in app.user_middleware if m.cls not in RAW_SEND_SAFE]
+    if other:
+        log.warning("middleware %s may rewrite response bodies: streams are written through "
+                    "it, not with the server's own send (slower per event)",
+                    ", ".join(getattr(c, "__name__", repr(c)) for c in other))
+    return not other
 
 
 def create_app(config: Config | None = None, state: StateBackend | None = None) -> FastAPI:
@@ -66,18 +120,27 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     gateway.metrics.registry.register(StateCollector(gateway.state.health))
     remote = RemoteTiers(config, gateway.metrics, gateway.settle)  # upstream engines' tiers
     gateway.backends.update(dict.fromkeys(remote.pools, remote))  # one admission path
+    # --record / --replay (gateway.cassettes): replaying, every tier's backend is the replay's
+    gateway.cassettes = cassettes.install(config, gateway.engine, gateway.spec.tiers,
+                                          gateway.backends)
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
+    health_of_replicas = replica_health.ReplicaHealth(gateway)
+    lag = HostLag(gateway)  # fastmode_host_lag_seconds, its warning
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
+        health_of_replicas.attach()  # replica failures: counted, their turns answered
+        lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
         await remote.start()
         watchdog.start()
         yield
         await watchdog.stop()
+        await background.stop()
+        await batch_api.close()
         await remote.stop(config.server.shutdown_grace_s)
         await gateway.stop(config.server.shutdown_grace_s)
 
@@ -87,14 +150,20 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
                telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.gateway = gateway
     app.state.responses = ResponseStore(gateway.state)
+    app.state.background = background = Background(gateway)  # background: true (Responses)
     app.state.remote = remote
     app.state.watchdog = watchdog
+    app.state.replica_health = health_of_replicas
+    app.state.host_lag = lag
     app.state.shutdown = shutdown
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
     health.add_routes(app, gateway)
     dashboard.add_routes(app, gateway)  # /dashboard: the live view (gateway/dashboard)
     ledger.add_routes(app, gateway.state)
+    embeddings.add_routes(app, gateway)  # POST /v1/embeddings (gateway/embeddings.py)
+    conversations.add_routes(app)  # /v1/conversations: refused with a 400 (not served)
+    batch_api = batches.add_routes(app, gateway)  # /v1/files, /v1/batches, messages/batches
     if config.admin.enabled:
         admin.add_routes(app, gateway)
 
@@ -104,14 +173,16 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
 
     bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     hot: list[Route] = []
+    app.endpoints = {}
     for prefix, fast in (("/v1", False), ("/fast/v1", True)):
-        _model_routes(app, gateway, prefix, fast)
+        add_model_routes(app, gateway, prefix, fast)  # OpenAI's or Anthropic's shape
         for path, protocol in protocols.ENDPOINTS.items():
             endpoint = http_endpoint(protocol, fast)
             app.add_api_route(prefix + path, endpoint, methods=["POST"],
                               openapi_extra=_request_body(protocol.schema, bodies,
                                                           gateway.models))
             hot.append(Route(prefix + path, endpoint, methods=["POST"]))
+            app.endpoints[prefix + path] = endpoint
     # The model endpoints are served by plain Starlette routes in front of FastAPI's: the
     # endpoint takes the Request and answers itself (no dependencies to solve), and FastAPI's
     # per-request wrapping (exit stacks, dependency solving, telemetry) was a quarter of a
@@ -120,9 +191,11 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     _openapi_with_bodies(app, bodies)
     network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
-    responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items
+    responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items, cancel
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens
         count_tokens.CountTokensRequest, bodies, gateway.models))
+    add_stored_chat_routes(app)  # stored Chat Completions: GET/POST/DELETE .../{id}, list
+    traces_api.add_routes(app)  # GET /v1/fastmode/traces: ground truth per request (JSONL)
     return app
 
 
@@ -190,24 +263,3 @@ def _error_handlers(app: FastAPI) -> None:
         log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return answer(request, internal_error(exc))
 
-
-def _model_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
-    def model_card(model: str) -> dict[str, Any]:
-        routed = gateway.router.route(model, "fast" if fast else "standard")
-        return {
-            "id": model,
-            "object": "model",
-            "created": int(gateway.started_at),
-            "owned_by": "fastmode",
-            "context_window": routed.tier.context_window,
-            # the roles the model offers (its tiers' names are the config's own, never shown)
-            "roles": sorted(gateway.config.routes[model].roles()),
-        }
-
-    @app.get(prefix + "/models")
-    async def list_models() -> Response:
-        return json_response({"object": "list", "data": [model_card(m) for m in gateway.models]})
-
-    @app.get(prefix + "/models/{model_id:path}")
-    async def get_model(model_id: str) -> Response:
-        return json_response(model_card(model_id))

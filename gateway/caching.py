@@ -115,6 +115,17 @@ def chat_units(messages: Sequence[Mapping[str, Any]],
     return units
 
 
+def chat_prefix(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None,
+                prompt_tokens: int, salt: str, cache_key: str | None = None,
+                retention: str | None = None) -> PrefixKey | None:
+    """``openai_prefix`` of a chat prompt of ``prompt_tokens`` (``count_chat_prompt``): its
+    units counted only for a prompt long enough to be cached (a short one is not counted
+    twice)."""
+    if not OPENAI_MIN_TOKENS < prompt_tokens <= MAX_CACHEABLE_TOKENS:
+        return None
+    return openai_prefix(chat_units(messages, tools), salt, cache_key, retention, prompt_tokens)
+
+
 def openai_prefix(units: Sequence[_Unit], salt: str, cache_key: str | None = None,
                   retention: str | None = None, prompt_tokens: int | None = None
                   ) -> PrefixKey | None:

@@ -1,7 +1,8 @@
 """The whole configuration: the simulation's sections plus the gateway's own.
 
 One TOML file, validated here. The built-in default ships as ``gateway/data/default.toml``;
-every knob is documented there with its unit and the source of its default.
+every knob is documented there with its unit and the source of its default. A user's file is
+laid over it (``gateway.overlay``): it says only what differs.
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from backends.config import SimConfig, Strict
+from backends.config import PriceConfig, SimConfig, Strict
 
+from .cassettes.config import RecordConfig, ReplayConfig
 from .fault_kinds import Kind
+from .overlay import overlay
+
+# the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
+# service_tier and Anthropic's speed
+ECHO_PARAMS = ("service_tier", "speed")
 
 
 class ServerConfig(Strict):
@@ -31,6 +38,11 @@ class ServerConfig(Strict):
     default_max_tokens: int = Field(4096, gt=0)
     max_queue_wait_s: float = Field(20.0, gt=0)  # modeled queue wait beyond which: overload
     stream_max_lag_s: float = Field(30.0, gt=0)  # a reader further behind is cut
+    # ground truth per request (gateway.tracing): every request (else: x-fastmode-trace: 1),
+    # the last N kept in memory, and a JSONL file each finished trace is appended to
+    trace_all: bool = False
+    trace_keep: int = Field(1000, ge=1)  # ~120 bytes per event kept
+    trace_file: str = ""
     shutdown_grace_s: float = Field(30.0, ge=0)  # SIGTERM: in-flight streams get this long
     # kernel send buffer per connection (SO_SNDBUF; 0 = the kernel's autotuning): bounds what a
     # stalled reader can park in the kernel, so the watchdog sees it stop within seconds
@@ -135,18 +147,47 @@ class RouteConfig(Strict):
     """``[routes.MODEL]``: which tier serves each role (``gateway.roles``) for this model id.
     ``standard`` is required; ``fast`` (absent: fast requests are served standard), ``flex``
     (absent: a 400) and any other role a protocol's vocabulary names (e.g. ``ultrafast =
-    "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them."""
+    "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them.
+
+    A model id may also carry its *price era* and its words (``gateway.price_eras``): its own
+    list ``prices`` and a ``price_factor`` per role (Claude Opus 4.6's fast mode at 6x, Opus 5's
+    at 2x, on the same tiers), the word each role is echoed as where the model differs from its
+    protocol (``echo``: OpenAI's newer models echo ``fast``, older ones ``priority``), and, as
+    documentation checked by the tests, the provider's published speed-ups (``speedup``) and the
+    ``sources`` of all of it."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
     standard: str
     fast: str | None = None
     flex: str | None = None
+    description: str = ""  # e.g. "alias: Claude Opus 4.6 on frontier's tiers"
+    prices: PriceConfig | None = None  # the model's standard list prices (None: the tiers')
+    # role -> multiple of ``prices`` (of the reference tier's without them); a role without one
+    # bills its tier's own multiple of the reference tier (derived from hardware cost)
+    price_factor: dict[str, float] = Field(default_factory=dict)
+    echo: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> {param: word}
+    speedup: dict[str, float] = Field(default_factory=dict)  # role -> published "up to N x"
+    sources: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _extra_roles_name_tiers(self) -> RouteConfig:
         for role, tier in (self.model_extra or {}).items():
             if not isinstance(tier, str):
                 raise ValueError(f"{role}: a tier name (a string), not {tier!r}")
+        offered = self.roles()
+        for table in ("price_factor", "echo", "speedup"):
+            for role in getattr(self, table):
+                if role not in offered:
+                    raise ValueError(f"{table}.{role}: the route has no tier for role {role!r}; "
+                                     f"its roles: {', '.join(sorted(offered))}")
+        for role, value in (*self.price_factor.items(), *self.speedup.items()):
+            if not value > 0:
+                raise ValueError(f"{role}: must be > 0, got {value}")
+        for role, words in self.echo.items():
+            for param, word in words.items():
+                if param not in ECHO_PARAMS or not word:
+                    raise ValueError(f"echo.{role}.{param}: a non-empty word for one of "
+                                     f"{', '.join(ECHO_PARAMS)}")
         return self
 
     def roles(self) -> dict[str, str]:
@@ -226,6 +267,55 @@ class RemoteConfig(Strict):
     max_idle_connections: int = Field(256, gt=0)  # kept-alive connections per upstream
 
 
+class EmbeddingModelConfig(Strict):
+    """``[embeddings.models.ID]``: an embedding model id served at ``/v1/embeddings``."""
+
+    model: str  # the model profile whose prefill is timed (backends/data/models.toml)
+    dimensions: int = Field(gt=0, le=16384)  # the vector's full length
+    shortenable: bool = True  # accepts `dimensions` (text-embedding-3-*), ada-002 does not
+    price: float | None = Field(None, ge=0)  # USD per MTok; None: derived (backends.embeddings)
+
+
+def _embedding_models() -> dict[str, EmbeddingModelConfig]:
+    # OpenAI's three ids, on the Qwen3-Embedding bodies of about their size
+    small = EmbeddingModelConfig(model="qwen3-embedding-0.6b", dimensions=1536)
+    return {"text-embedding-3-small": small,
+            "text-embedding-3-large": EmbeddingModelConfig(model="qwen3-embedding-8b",
+                                                           dimensions=3072),
+            "text-embedding-ada-002": small.model_copy(update={"shortenable": False})}
+
+
+class EmbeddingsConfig(Strict):
+    """``[embeddings]``: the embedding pool (``gateway.embeddings``, docs/embeddings.md)."""
+
+    hardware: str = "b200"
+    chips: int = Field(1, gt=0)
+    precision: Literal["bf16", "fp8", "int8"] = "bf16"
+    batch_tokens: int = Field(8192, gt=0)  # tokens per packed prefill step
+    seq_tokens: int = Field(512, gt=0)  # typical input length in the packed batch
+    max_inputs: int = Field(2048, gt=0)  # OpenAI: 2,048 inputs per request
+    max_input_tokens: int = Field(8192, gt=0)  # OpenAI: 8,192 tokens per input
+    max_request_tokens: int = Field(300_000, gt=0)  # OpenAI: 300,000 tokens per request
+    models: dict[str, EmbeddingModelConfig] = Field(default_factory=_embedding_models)
+
+
+class BatchesConfig(Strict):
+    """``[batches]``: OpenAI's Batch API and Anthropic's Message Batches (``gateway.batches``,
+    docs/batches.md): requests run on a modeled pool at a large batch, priced from it."""
+
+    max_batch: int = Field(1024, gt=0)  # sequences per step of the batch pool (the model's
+    # deployment of the reference tier, run at this batch: what makes it cheap and slow)
+    prompt_tokens: int = Field(1500, gt=0)  # the pool's typical request: its prompt...
+    output_tokens: int = Field(1000, gt=0)  # ...and reply, tokens (context, fresh prefill)
+    slots: int = Field(64, gt=0)  # of one batch, requests running at once (others: tenants')
+    price_factor: float | None = Field(None, gt=0)  # x the standard prices; None: derived
+    time_scale: float = Field(1.0, gt=0)  # wall seconds per modeled second (tests: 0.001)
+    completion_window_s: float = Field(86400.0, gt=0)  # "24h": later requests expire
+    max_requests: int = Field(50_000, gt=0)  # OpenAI: 50,000 requests per batch
+    max_file_bytes: int = Field(200 * 1024 * 1024, gt=0)  # OpenAI: 200 MB per input file
+    max_stored_bytes: int = Field(1024**3, gt=0)  # all files kept in memory: uploads refused past it
+
+
 class Config(SimConfig):
     server: ServerConfig = ServerConfig()
     routes: dict[str, RouteConfig]
@@ -235,6 +325,10 @@ class Config(SimConfig):
     state: StateConfig = StateConfig()
     faults: FaultsConfig = FaultsConfig()
     admin: AdminConfig = AdminConfig()
+    record: RecordConfig = RecordConfig()  # gateway.cassettes: docs/replay.md
+    replay: ReplayConfig = ReplayConfig()
+    embeddings: EmbeddingsConfig = EmbeddingsConfig()
+    batches: BatchesConfig = BatchesConfig()
 
     @model_validator(mode="after")
     def _routes(self) -> Config:
@@ -270,7 +364,8 @@ def default_config_text() -> str:
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Load and validate a config file, or the built-in default when ``path`` is None."""
+    """Load and validate a config file laid over the built-in default (``gateway.overlay``),
+    or the built-in default when ``path`` is None."""
     try:
         text = default_config_text() if path is None else Path(path).read_text("utf-8")
     except OSError as exc:
@@ -279,6 +374,11 @@ def load_config(path: str | Path | None = None) -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config: {path or 'default'} is not valid TOML: {exc}") from None
+    if path is not None:
+        try:
+            raw = overlay(tomllib.loads(default_config_text()), raw, Config.model_fields)
+        except ValueError as exc:
+            raise ConfigError(f"config: {exc}") from None
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:

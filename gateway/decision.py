@@ -14,10 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from backends.engine import Tier
+from backends.pricing import Prices
 
 from .auth import Authenticator, Principal
 from .faults import Fault, FaultInjector
-from .roles import Role
+from .price_eras import PriceRule
+from .roles import STANDARD, Role
 from .routing import Router
 
 
@@ -30,6 +32,15 @@ class Decision:
     standard: Tier  # the model's standard tier: where a premium role overflows to
     principal: Principal | None  # None: auth is off
     fault: Fault | None  # the fault it drew (``gateway.faults``), before any is applied
+    standard_role: Role = STANDARD  # the standard role as this model echoes it (a downgrade's)
+    pricing: PriceRule | None = None  # the model's prices per role (``gateway.price_eras``)
+
+    def prices(self, role: Role, tier: Tier) -> Prices:
+        """What the request pays per MTok when ``role`` on ``tier`` serves it: the model's
+        price era for the role, else the tier's own prices."""
+        if self.pricing is None:
+            return tier.prices
+        return self.pricing.prices(role.name, tier)
 
     @property
     def api_key(self) -> str:
@@ -50,4 +61,5 @@ def decide(router: Router, auth: Authenticator, faults: FaultInjector, model: st
     routed = router.route(model, asked, param)
     key = principal.key.key if principal is not None else ""
     fault = faults.draw(headers, tier=routed.tier.name, key=key, model=model)
-    return Decision(model, asked, routed.role, routed.tier, routed.standard, principal, fault)
+    return Decision(model, asked, routed.role, routed.tier, routed.standard, principal, fault,
+                    routed.standard_role, routed.pricing)

@@ -60,7 +60,8 @@ class EngineAdmission:
             await self.fleet.stop()
 
     def _stepped(self, replica: RealtimeReplica, result: StepResult) -> None:
-        self._step_s[id(replica.scheduler)] = result.end - result.start
+        # the model's step (a host that served it late slipped its end: not the model's)
+        self._step_s[id(replica.scheduler)] = result.end - result.start - result.slip
 
     def step_seconds(self, sched: Scheduler) -> float:
         """The duration of the replica's last step (0 before its first): the unit of the
@@ -81,10 +82,12 @@ class EngineAdmission:
     async def admit(self, ticket: Ticket) -> Job:
         return self.admit_now(ticket)
 
-    def admit_now(self, ticket: Ticket) -> Job:
-        """The reply generated and queued (no await: an in-process admission never waits)."""
+    def admit_now(self, ticket: Ticket, reply: Generation | None = None) -> Job:
+        """The reply generated and queued (no await: an in-process admission never waits).
+        ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
+        instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
-        gen = self._generate(request, tier, ticket.cap)
+        gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens
@@ -105,6 +108,7 @@ class EngineAdmission:
             principal=decision.principal,
             network_s=network_time.get(),  # emulated network time already slept (gateway.netem)
             headers=dict(ticket.headers),
+            prices=ticket.prices,
         )
         job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(request.prefix, stream)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
@@ -113,6 +117,10 @@ class EngineAdmission:
             stream.watch = gen.reasoning_tokens  # keep its time: reasoning_time
         self.jobs.add(job)
         return job
+
+    def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
+        """The mock model's reply on ``tier`` (a batch line's too: ``gateway.batches``)."""
+        return self._generate(request, tier, cap)
 
     def _generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
         r = request.generation

@@ -56,6 +56,9 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
             }
         },
         "pricing": {"reference_tier": deployment},
+        # what its model does (reasoning, raw reasoning, reply lengths): as in the full config
+        "behavior": {m: b.model_dump() for m, b in config.behavior.items()
+                     if m == config.deployments[deployment].model},
         "scripts": [s.model_dump(exclude_none=True) for s in config.scripts],
         "server": config.server.model_dump(),
         "routes": {m: {"standard": deployment, "fast": deployment} for m in models},

@@ -15,12 +15,15 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from backends.engine import Tier
+from backends.pricing import Prices
 from backends.scheduler import FINISHED
 
 from .auth import Principal
 from .caching import cache_write_premium
 from .roles import Role
 from .token_source import Reply, TokenSource
+
+COST_DIGITS = 9  # cost_usd in whole nano-dollars: no float noise (0.00029000000000000006)
 
 
 @dataclass(eq=False)
@@ -40,6 +43,9 @@ class Job:
     settled: bool = False
     cost_usd: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)  # rate-limit headers from admission
+    # what it pays per MTok: the model's price era for the role and tier that served it
+    # (gateway.price_eras); None: the tier's own prices
+    prices: Prices | None = None
     # prompt tokens written to the prefix cache, billed as such (Anthropic), and how many of
     # them to a long-lived (1 h) entry (gateway.caching)
     cache_write_tokens: int = 0
@@ -77,16 +83,22 @@ class Job:
 
     def usage_cost(self, output_tokens: int | None = None) -> float:
         out = self.gen.output_tokens if output_tokens is None else output_tokens
-        cost = self.tier.prices.cost(self.prompt_tokens, self.cached_tokens, out)
+        prices = self.tier.prices if self.prices is None else self.prices
+        # the role's multiple is in every price: cache reads (cached_input) and, through the
+        # input price, cache writes, as providers bill fast modes
+        cost = prices.cost(self.prompt_tokens, self.cached_tokens, out)
         if self.cache_write_tokens:
-            cost += cache_write_premium(self.tier.prices.input, self.cache_write_tokens,
+            cost += cache_write_premium(prices.input, self.cache_write_tokens,
                                         self.cache_write_long_tokens)
-        return cost
+        return round(cost, COST_DIGITS)
 
     def time_info(self) -> dict[str, float]:
         """Modeled times in seconds (Cerebras' ``time_info`` convention). ``reasoning_time``
         (fastmode's) is the part of ``completion_time`` spent thinking before the first visible
-        token: the visible TTFT is ``queue_time + prompt_time + reasoning_time``."""
+        token: the visible TTFT is ``queue_time + prompt_time + reasoning_time``. The times are
+        those the client got: when the host served the engine late, its timeline slipped
+        (docs/streaming.md) and ``host_lag_time`` (fastmode's) is how much of ``total_time`` the
+        host added, ``completion_host_lag_time`` the part of it within ``completion_time``."""
         seq = self.stream.seq
         arrival = seq.arrival
         admitted = seq.admitted_at if seq.admitted_at >= 0 else arrival
@@ -96,6 +108,7 @@ class Job:
         prompt = max(0.0, first - admitted)
         completion = max(0.0, last - first)
         # reasoning tokens come first: the first visible token is token number `thought`
+        lag, completion_lag = self.stream.host_lag()
         thought = self.gen.reasoning_tokens
         visible = first
         if thought and self.delivered:
@@ -107,7 +120,8 @@ class Job:
             "completion_time": completion,
             "total_time": queue + prompt + completion + self.network_s,
             "network_time": self.network_s,  # emulated RTTs, included in queue_time
-            "created": float(self.created),
+            "host_lag_time": lag,  # the host's, not the model's: included in the times above
+            "completion_host_lag_time": completion_lag,  # ... in completion_time
         }
 
     @property

@@ -25,6 +25,12 @@ from .request import TurnRequest
 from .state import REJECTED, StateBackend, UsageRow
 
 
+def billed_reasoning(job: Job) -> int:
+    """The reasoning tokens among the billed output: reasoning comes first, so a reply cut
+    short was billed for its reasoning up to the cut, and none of its visible text before."""
+    return min(job.gen.reasoning_tokens, job.billed_output)
+
+
 def job_row(job: Job, status: int) -> UsageRow:
     """The ledger row of a settled job."""
     return UsageRow(
@@ -41,7 +47,7 @@ def job_row(job: Job, status: int) -> UsageRow:
         input_tokens=job.prompt_tokens,
         cached_input_tokens=job.cached_tokens,
         output_tokens=job.billed_output,
-        reasoning_tokens=0,
+        reasoning_tokens=billed_reasoning(job),
         generated_tokens=job.generated,
         cost_usd=job.cost_usd,
         fault=job.fault,

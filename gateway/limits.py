@@ -64,6 +64,10 @@ class BodyLimit:
                         "Invalid Content-Length header.")
                     await self.answer(scope["path"], error)(scope, receive, send)
                     return
+                # the server reads no more than the declared length (an HTTP/1.1 message
+                # ends there): nothing left to count
+                await self.app(scope, receive, send)
+                return
         seen = 0
 
         async def counted() -> Message:
@@ -121,16 +125,19 @@ def check_json_values(raw: bytes, limit: int) -> None:
 
 def check_depth(value: Any, max_depth: int, param: str = "body") -> None:
     """400 if ``value`` nests objects/arrays deeper than ``max_depth`` (iterative walk)."""
+    if not isinstance(value, (dict, list)):
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append  # (plain loops: this runs on every request)
     while stack:
-        node, depth = stack.pop()
+        node, depth = pop()
         if depth > max_depth:
             raise bad_request(f"The request nests objects or arrays deeper than {max_depth} "
                               "levels.", param=param, code="nesting_too_deep")
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values() if isinstance(v, dict | list))
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node if isinstance(v, dict | list))
+        deeper = depth + 1
+        for v in node.values() if isinstance(node, dict) else node:
+            if isinstance(v, (dict, list)):
+                push((v, deeper))
 
 
 def _count(body: Mapping[str, Any], field: str, limit: int) -> None:

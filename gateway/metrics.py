@@ -65,6 +65,7 @@ class Metrics:
         )
         r.register(_ReplicaCollector(replicas))
         self._per_tier: dict[str, tuple[Any, ...]] = {}
+        self._requests: dict[tuple[str, int], Any] = {}
 
     def record(
         self,
@@ -77,7 +78,10 @@ class Metrics:
         ttft: float | None = None,
         itl: float | None = None,
     ) -> None:
-        self.requests.labels(tier, str(status)).inc()
+        counted = self._requests.get((tier, status))
+        if counted is None:  # a series looked up once (``labels`` locks and hashes)
+            counted = self._requests[(tier, status)] = self.requests.labels(tier, str(status))
+        counted.inc()
         per = self._per_tier.get(tier)
         if per is None:  # a tier's series, looked up once (``labels`` locks and hashes)
             per = self._per_tier[tier] = (

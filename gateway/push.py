@@ -15,23 +15,48 @@ Push mode is used for token events only, while no mid-stream fault is pending; t
 the closing, faults, errors and remote tiers (whose tokens arrive over the network) stay on the
 turn's task. What is sent, and when, is the same either way: an event goes out at the step that
 produced its last token.
+
+Cancellation (the client left, a websocket ``response.cancel``, the watchdog) reaches the turn's
+task while it awaits ``pushing``'s future, and the task only runs again at the loop's next turn.
+Two things are settled at the moment of the cancel, not then: the listener is removed in the
+same call (``_Done.cancel``), so no replica step in between calls it for a turn that is gone
+(it used to resolve the future a second time: an ``InvalidStateError`` inside the replica's
+step, which once killed a replica's task); and a send the replica handed over just before (a
+write that has to wait) is still finished by the task, with the cancellation thrown into it, as
+if the cancel had come while the task drove it: no send is left half-driven.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import types
 from collections.abc import Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from time import monotonic
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from backends.drivers.token_stream import TokenStream
+from backends.drivers.token_stream import TokenStream
 
-    from .turn import Turn
+from .tracing import Trace
+
+
+class Pusher(Protocol):
+    """What push mode reads and sets of the turn it streams for (``gateway.turn.Turn``; a
+    protocol so that this module does not import the pipeline that imports it)."""
+
+    request_id: str
+    paused: float  # seconds an injected stall held the stream (not the reader's lag)
+    writing_since: float  # loop time the pending write began (0: none): the watchdog reads it
+    trace: Trace | None  # the request's ground truth, if traced (gateway.tracing)
+
+    def lagged(self, lag: float, max_lag: float) -> None: ...
 
 Push = Callable[[int, int], Coroutine[Any, Any, None]]
 """The send of the events of tokens ``start .. start + count``, as a coroutine not yet started
 (the events are encoded when it is made; the send runs when it is driven)."""
+
+log = logging.getLogger("fastmode.turn")
 
 
 class WriteFailed(Exception):
@@ -73,75 +98,136 @@ def start_send(send: Coroutine[Any, Any, None]) -> tuple[Generator[Any, Any, Non
     return sender, sender.send(send)
 
 
-async def finish_send(sender: Generator[Any, Any, None], waiting: Any) -> None:
+async def finish_send(sender: Generator[Any, Any, None], waiting: Any,
+                      error: BaseException | None = None) -> None:
     """Drive a send that push mode started and that had to wait (``sender`` yielded
     ``waiting``), from the turn's task: wait for what it waits on, then resume it (an
-    exception, a cancellation included, is thrown into it) until it is ``SENT``. What the send
-    raises comes out as ``WriteFailed``."""
+    exception, a cancellation included, is thrown into it, and the future it waited on is
+    cancelled, as a task does) until it is ``SENT``. ``error``: thrown into it first (a
+    cancellation that came before this task could drive it). What the send raises comes out
+    as ``WriteFailed``."""
     try:
         while True:
-            try:
-                if waiting is None:
-                    await asyncio.sleep(0)  # a bare yield
-                else:
-                    # the future was yielded to us, not to a task: take the hand-off a task
-                    # takes (asyncio's Task.__step clears this flag) before waiting on it
-                    waiting._asyncio_future_blocking = False
-                    await waiting
-            except BaseException as exc:
-                waiting = sender.throw(exc)
+            if error is not None:
+                waiting, error = sender.throw(error), None
             else:
-                waiting = sender.send(None)
+                try:
+                    if waiting is None:
+                        await asyncio.sleep(0)  # a bare yield
+                    else:
+                        # the future was yielded to us, not to a task, so it is marked as
+                        # being awaited: wait on it through ``shield`` (its own future), not
+                        # through its ``__await__``
+                        await asyncio.shield(waiting)
+                except BaseException as exc:
+                    if waiting is not None and isinstance(exc, asyncio.CancelledError):
+                        waiting.cancel()
+                    waiting = sender.throw(exc)
+                else:
+                    waiting = sender.send(None)
             if waiting is SENT:
                 return
     except Exception as exc:
         raise WriteFailed(exc) from exc
 
 
-async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -> bool:
+@dataclass(slots=True)
+class _Pending:
+    """A send the replica started and that has to wait: the turn's task finishes it."""
+
+    sender: Generator[Any, Any, None]
+    waiting: Any
+
+    def abandon(self) -> None:
+        """Nobody will drive it (its turn was cancelled from inside the send itself): the
+        cancellation is thrown into it now, and it is closed if it goes on regardless."""
+        try:
+            self.sender.throw(asyncio.CancelledError())
+        except BaseException:  # noqa: BLE001 - it ended, as a cancelled send does
+            return
+        self.sender.close()
+
+
+class _Done(asyncio.Future[Any]):
+    """What the turn's task awaits while the replica pushes. Cancelling it (the task is
+    cancelled) stops the listening in the same call: see the module doc."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stream: TokenStream) -> None:
+        super().__init__(loop=loop)
+        self.stream = stream
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done():
+            self.stream.listen(None)
+        return super().cancel(msg)
+
+
+async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float) -> bool:
     """Stream in push mode until it ends (all tokens sent, a write that waits, the stream
     cancelled or lagging); False if it could not start (the caller then waits for tokens).
     ``turn.abort`` is set if the stream fell ``max_lag`` behind; a write that raised is raised
     as ``WriteFailed``, anything else as itself."""
     loop = asyncio.get_running_loop()
     clock = loop.time
-    done: asyncio.Future[Any] = loop.create_future()
+    done = _Done(loop, stream)
     replica = stream.replica
+    trace = turn.trace
 
     sender = new_sender()
     run = sender.send
+
+    def end(result: Any) -> bool:
+        """Hand ``result`` to the turn's task; listening stops (False)."""
+        if not done.done():
+            done.set_result(result)
+        elif isinstance(result, _Pending):  # the send itself cancelled its turn's task
+            result.abandon()
+        return False
 
     def due(start: int, n: int) -> bool:
         """The replica's call, inside its step: tokens ``start .. start + n`` were taken (0:
         the stream is over). Sent now, they are exactly on time unless the replica itself
         runs late: its lateness is the reader's lag. Not called again once it returned False
-        (the stream drops its listener first)."""
+        (the stream drops its listener first), nor once the turn's task was cancelled."""
         try:
             if n:
                 if replica.late - turn.paused > max_lag:  # as in the turn's own loop
                     turn.lagged(replica.late - turn.paused, max_lag)
-                    done.set_result(None)
-                    return False
+                    return end(None)
                 send = push(start, n)  # (an encoder's failure raises here: the turn's own)
+                if trace is not None:  # handed to the transport now, from the step
+                    trace.event(stream.due_at(start, n), monotonic(), n)
                 try:
                     waiting = run(send)  # run it now: it returns while the socket takes
                 except Exception as exc:  # the transport's error, for the transport
-                    done.set_result(WriteFailed(exc))
-                    return False
+                    return end(WriteFailed(exc))
                 if waiting is SENT:
                     return True
-                done.set_result(finish_send(sender, waiting))  # the socket is full: the turn's
-                return False  # task finishes this write
-            done.set_result(None)  # the stream is over
-            return False
+                # the socket is full: the turn's task finishes this write
+                return end(_Pending(sender, waiting))
+            return end(None)  # the stream is over
         except Exception as exc:  # the turn's own failure (its encoder's): the turn ends it
-            done.set_exception(exc)
+            if done.done():
+                log.exception("turn %s failed while it was being cancelled", turn.request_id)
+            else:
+                done.set_exception(exc)
             return False
 
     if not stream.listen(due):
         return False
     try:
         rest = await done
+    except asyncio.CancelledError as cancel:
+        # cancelled after the replica handed over a send that has to wait, before this task
+        # ran again: it still finishes that send, with the cancellation thrown into it
+        if done.done() and not done.cancelled() and done.exception() is None:
+            pending = done.result()
+            if isinstance(pending, _Pending):
+                try:
+                    await finish_send(pending.sender, pending.waiting, cancel)
+                except (asyncio.CancelledError, WriteFailed):
+                    pass  # the send ended; the cancellation goes on
+        raise
     finally:
         stream.listen(None)
     if isinstance(rest, WriteFailed):
@@ -149,7 +235,7 @@ async def pushing(turn: Turn, stream: TokenStream, push: Push, max_lag: float) -
     if rest is not None:
         turn.writing_since = clock()  # the watchdog cuts a write pending too long
         try:
-            await rest  # raises WriteFailed as the send's own error
+            await finish_send(rest.sender, rest.waiting)  # raises WriteFailed: the send's own
         finally:
             turn.writing_since = 0.0
     return True

@@ -60,6 +60,11 @@ class ResponseStore:
         self.caller  # noqa: B018 - a request without a valid key is a 401 before any lookup
         return self._visible(await self.state.get_response(rid))
 
+    async def reload(self, rid: str) -> StoredResponse | None:
+        """``load`` past this process's memory (a response another process is updating)."""
+        self.caller  # noqa: B018 - a 401 before any lookup
+        return self._visible(await self.state.reload_response(rid))
+
     async def delete(self, rid: str) -> bool:
         """Forget a response this caller may see; False (a 404) if it may not, or is unknown."""
         if await self.load(rid) is None:
@@ -87,6 +92,10 @@ class ConnectionStore(ResponseStore):
 
     async def load(self, rid: str) -> StoredResponse | None:
         return self._visible(self._items.get(rid)) or await self.shared.load(rid)
+
+    def forget(self, rid: str) -> None:
+        """Drop a response from this connection's memory (the shared store keeps its own)."""
+        self._items.pop(rid, None)
 
     def remember(self, item: StoredResponse, persist: bool) -> None:
         item.owner = self.caller.owner

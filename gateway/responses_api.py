@@ -1,5 +1,9 @@
-"""The Responses API's stored-response endpoints: ``GET`` and ``DELETE /v1/responses/{id}``, and
-``GET /v1/responses/{id}/input_items``.
+"""The Responses API's stored-response endpoints: ``GET`` and ``DELETE /v1/responses/{id}``,
+``GET /v1/responses/{id}/input_items`` and ``POST /v1/responses/{id}/cancel``.
+
+A background response (``gateway.background``) is answered live by the process that runs it,
+and from the shared state (past this process's memory) by the others; ``?stream=true`` replays
+its events, and ``cancel`` stops it (only a background response can be cancelled).
 
 They read what ``POST /v1/responses`` kept in the shared state (``gateway.state``): a response
 with ``store`` not false keeps its response object and its input items (``stored_body``), so
@@ -21,15 +25,15 @@ from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from .errors import APIError, bad_request
 from .ownership import caller
+from .pages import page
 from .response_store import ResponseStore
 from .state import StoredResponse
 
-MAX_LIMIT = 100
-DEFAULT_LIMIT = 20
+ACTIVE = ("queued", "in_progress")  # a background response still running
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -98,37 +102,30 @@ def _store(request: Request) -> ResponseStore:
     return root.seen_by(who)
 
 
-async def _stored(store: ResponseStore, rid: str) -> dict[str, Any]:
-    item: StoredResponse | None = await store.load(rid)
+async def _stored(store: ResponseStore, rid: str, fresh: bool = False) -> dict[str, Any]:
+    item: StoredResponse | None = await (store.reload(rid) if fresh else store.load(rid))
     body = item.body if item is not None else None
     if not isinstance(body, dict) or "response" not in body:
         raise _not_found(rid)
     return body
 
 
-def _page(items: list[dict[str, Any]], params: Mapping[str, str]) -> dict[str, Any]:
-    order = params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise bad_request("order: must be 'asc' or 'desc'.", param="order")
+def _replay(run: Any, response: dict[str, Any], params: Mapping[str, str]) -> Response:
+    """``?stream=true``: a background response's events after ``starting_after``, followed to
+    its end, from the process that runs it (``gateway.background``)."""
+    if not response.get("background"):
+        raise bad_request("stream: only a background response's events can be streamed.",
+                          param="stream")
+    if run is None:
+        raise bad_request("stream: this response's events are no longer kept (or it runs on "
+                          "another gateway process); retrieve it without stream.",
+                          param="stream")
     try:
-        limit = int(params.get("limit", DEFAULT_LIMIT))
+        after = int(params.get("starting_after", -1))
     except ValueError:
-        raise bad_request("limit: must be an integer.", param="limit") from None
-    if not 1 <= limit <= MAX_LIMIT:
-        raise bad_request(f"limit: must be between 1 and {MAX_LIMIT}.", param="limit")
-    ordered = items if order == "asc" else items[::-1]
-    start = 0
-    after = params.get("after")
-    if after:
-        ids = [it["id"] for it in ordered]
-        if after not in ids:
-            raise bad_request(f"after: no item with id '{after}'.", param="after")
-        start = ids.index(after) + 1
-    page = ordered[start:start + limit]
-    return {"object": "list", "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": start + limit < len(ordered)}
+        raise bad_request("starting_after: must be an integer.", param="starting_after") from None
+    return StreamingResponse(run.events_after(after), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache"})
 
 
 def add_routes(app: FastAPI) -> None:
@@ -138,14 +135,26 @@ def add_routes(app: FastAPI) -> None:
         async def get_response(rid: str, request: Request) -> Response:
             try:
                 store = _store(request)  # a 401 first
+                response = (await _stored(store, rid))["response"]
+                run = request.app.state.background.runs.get(rid)
                 if request.query_params.get("stream") in ("true", "1"):
-                    raise bad_request("stream: replaying a stored response's events is only "
-                                      "for background responses, which fastmode does not run.",
-                                      param="stream")
-                body = await _stored(store, rid)
+                    return _replay(run, response, request.query_params)
+                if run is not None:
+                    return _json(run.response())  # the live status (gateway.background)
+                if response.get("status") in ACTIVE:  # running on another process
+                    response = (await _stored(store, rid, fresh=True))["response"]
             except APIError as exc:
                 return _error(exc)
-            return _json(body["response"])
+            return _json(response)
+
+        @app.post(prefix + "/responses/{rid}/cancel")
+        async def cancel_response(rid: str, request: Request) -> Response:
+            try:
+                store = _store(request)
+                response = (await _stored(store, rid, fresh=True))["response"]
+                return _json(await request.app.state.background.cancel(rid, response))
+            except APIError as exc:
+                return _error(exc)
 
         @app.delete(prefix + "/responses/{rid}")
         async def delete_response(rid: str, request: Request) -> Response:
@@ -160,6 +169,6 @@ def add_routes(app: FastAPI) -> None:
         async def list_input_items(rid: str, request: Request) -> Response:
             try:
                 body = await _stored(_store(request), rid)
-                return _json(_page(list(body.get("input_items") or []), request.query_params))
+                return _json(page(list(body.get("input_items") or []), request.query_params, "desc"))
             except APIError as exc:
                 return _error(exc)

@@ -14,13 +14,21 @@ A role's behaviour is data here, not an ``if name == "fast"`` anywhere else:
 | ``standard`` | no | overload status (503/529) | (every route has one) |
 | ``fast`` | yes: ``server.fast_overflow`` downgrades to standard or answers 429 | — | served standard |
 | ``flex`` | no | 429 ``resource_unavailable`` | 400 |
-| any other (e.g. a new ``ultrafast``) | yes | — | 400 |
+| ``ultrafast`` | yes: its own limits and ``anthropic-fast-*`` headers, the same overflow | — | 400 |
+| any other a config adds | yes | — | 400 |
+
+What a response echoes for a role is its protocol's ``Vocabulary`` word, unless the model's
+route says otherwise (``[routes.MODEL.echo]``): OpenAI echoes ``"fast"`` for models launched
+after priority processing was renamed Fast mode and ``"priority"`` for older ones. That is a
+property of the model id, carried by the ``Role`` the router hands out for that route
+(``Role.echo``), so an encoder asks ``vocabulary.label(job.role)`` and never looks at a model or
+a tier's name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .errors import APIError
@@ -36,17 +44,28 @@ class Role:
     # a model whose route has no tier for this role: serve it standard (OpenAI serves
     # ``priority`` as default where priority is not offered) or refuse it with a 400
     if_absent: Literal["standard", "refuse"] = "refuse"
+    # the words one model's route echoes for this role where they differ from the protocol's
+    # vocabulary: (wire parameter, word) pairs, e.g. (("service_tier", "fast"),)
+    echo: tuple[tuple[str, str], ...] = ()
+
+    def on_route(self, echo: Mapping[str, str] | None) -> Role:
+        """This role as one model's route serves it: with the route's echo words (param ->
+        word), or as it is."""
+        return replace(self, echo=tuple(sorted(echo.items()))) if echo else self
 
 
 STANDARD = Role("standard", premium=False, if_absent="standard")
 FAST = Role("fast", premium=True, if_absent="standard")
 FLEX = Role("flex", premium=False, busy="retry_later", if_absent="refuse")
-BUILTIN: dict[str, Role] = {r.name: r for r in (STANDARD, FAST, FLEX)}
+# OpenAI's "ultrafast" service tier: sold as faster than fast (its own rate limits), refused on
+# a model that does not offer it, a full pool downgraded to standard like fast's
+ULTRAFAST = Role("ultrafast", premium=True, if_absent="refuse")
+BUILTIN: dict[str, Role] = {r.name: r for r in (STANDARD, FAST, FLEX, ULTRAFAST)}
 
 
 def role(name: str) -> Role:
     """The role called ``name``: a built-in one, else a premium role refused where absent
-    (what a new paid speed such as ``ultrafast`` needs)."""
+    (what a new paid speed needs)."""
     return BUILTIN.get(name) or Role(name)
 
 
@@ -79,6 +98,12 @@ class Vocabulary:
                            f"values are: {allowed}.", param=self.param, code="invalid_value")
         return self.path_role if fast_path else name  # /fast/v1 decides, as it always has
 
-    def label(self, role_name: str) -> str:
-        """The word echoed for the role that served the request."""
-        return self.echo.get(role_name, self.default_echo)
+    def label(self, served: Role | str) -> str:
+        """The word echoed for the role that served the request: the model's own word for it
+        (``Role.echo``, from its route), else this vocabulary's."""
+        if isinstance(served, Role):
+            for param, word in served.echo:
+                if param == self.param:
+                    return word
+            served = served.name
+        return self.echo.get(served, self.default_echo)

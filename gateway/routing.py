@@ -7,6 +7,10 @@ A model id maps each role (``gateway.roles``: standard, fast, flex, ...) to a ti
 model whose route has no tier of its own for a role serves it standard or refuses it, as the
 role says (``Role.if_absent``); a premium role routed to the standard tier itself (e.g.
 ``frontier-spark``, whose fast and standard are one pool) is the standard role.
+
+The roles a route hands out carry the model's own echo words (``Role.echo``), and a ``Routed``
+carries the model's ``PriceRule`` (``gateway.price_eras``): what the request is billed follows
+the model id and the role that serves it, never a tier's name.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from backends.engine import EngineSpec, Tier
 
 from .config import Config
 from .errors import APIError, retry_headers
+from .price_eras import PriceRule
 from .roles import STANDARD, Role, role
 
 
@@ -25,11 +30,14 @@ class Routed:
     role: Role  # the role that serves (the one asked, or standard: see above)
     tier: Tier  # the tier serving that role for this model
     standard: Tier  # the model's standard tier (where a premium role overflows to)
+    standard_role: Role = STANDARD  # the standard role as this model echoes it
+    pricing: PriceRule | None = None  # the model's prices per role (None: the tiers')
 
 
 def role_unavailable(model: str, asked: str, param: str = "service_tier") -> APIError:
-    return APIError(400, f"{param} {asked!r} is not available for the model `{model}`; use "
-                    "'auto' or 'default'.", param=param, code="invalid_value")
+    return APIError(400, f"{param} {asked!r} is not available for the model `{model}`; omit "
+                    f"{param} to be served at the standard speed.", param=param,
+                    code="invalid_value")
 
 
 def busy(asked: Role, retry_s: float) -> APIError:
@@ -44,6 +52,10 @@ class Router:
     def __init__(self, config: Config, spec: EngineSpec) -> None:
         self.config = config
         self.spec = spec
+        reference = spec.tiers[config.pricing.reference_tier].prices
+        self.pricing = {m: PriceRule.of_route(r, reference) for m, r in config.routes.items()}
+        # (model, role asked) -> Routed: the config is fixed, so a route is resolved once
+        self._routed: dict[tuple[str, str], Routed] = {}
 
     @property
     def models(self) -> list[str]:
@@ -53,6 +65,12 @@ class Router:
               ) -> Routed:
         """The role and tier serving ``asked`` for ``model``: 404 for an unknown model, 400
         for a role the model does not offer and may not be served standard."""
+        routed = self._routed.get((model, asked))
+        if routed is None:
+            routed = self._routed[(model, asked)] = self._route(model, asked, param)
+        return routed
+
+    def _route(self, model: str, asked: str, param: str) -> Routed:
         route = self.config.routes.get(model)
         if route is None:
             raise APIError(
@@ -64,16 +82,19 @@ class Router:
             )
         tiers = route.roles()
         standard = self.spec.tiers[tiers["standard"]]
+        std_role = STANDARD.on_route(route.echo.get(STANDARD.name))
+        pricing = self.pricing[model]
         wanted = role(asked)
         name = tiers.get(wanted.name)
         if name is None:
             if wanted.if_absent == "refuse":
                 raise role_unavailable(model, asked, param)
-            return Routed(STANDARD, standard, standard)
+            return Routed(std_role, standard, standard, std_role, pricing)
         tier = self.spec.tiers[name]
         if tier is standard:  # a premium role on the standard pool itself is standard
-            return Routed(STANDARD, standard, standard)
-        return Routed(wanted, tier, standard)
+            return Routed(std_role, standard, standard, std_role, pricing)
+        return Routed(wanted.on_route(route.echo.get(wanted.name)), tier, standard, std_role,
+                      pricing)
 
     def max_output(self, tier: Tier, prompt_tokens: int, requested: int | None) -> int:
         """The output cap: the request's, else the server default, within the context window."""

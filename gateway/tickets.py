@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from backends.engine import Tier
+from backends.pricing import Prices
 
 from .decision import Decision
 from .errors import APIError
@@ -38,6 +39,12 @@ class Ticket:
     # for a non-streamed request: resolves when the client goes away (a backend that waits
     # for a whole answer gives up then, with ``ClientGone``)
     disconnected: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def prices(self) -> Prices:
+        """What this attempt bills per MTok: the model's prices for the role and tier that
+        serve it (after a downgrade, the standard ones)."""
+        return self.decision.prices(self.role, self.tier)
 
 
 class Refused(Exception):

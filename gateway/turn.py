@@ -22,11 +22,13 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from time import monotonic
 from typing import Any
 
 from backends.drivers import TokenStream
 
 from .admission import Gateway, shutting_down
+from .cassettes.recorder import Tape
 from .decision import Decision
 from .errors import APIError
 from .faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
@@ -39,6 +41,7 @@ from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .state import CUT, FAILED
 from .tickets import ClientGone
+from .tracing import Trace
 
 log = logging.getLogger("fastmode.turn")
 
@@ -65,7 +68,8 @@ class Turn:
     """One turn of one protocol, from a validated request to its last event."""
 
     def __init__(self, gateway: Gateway, protocol: Protocol, req: Any, ctx: RequestContext,
-                 transport: str = "http", request_id: str | None = None):
+                 transport: str = "http", request_id: str | None = None,
+                 arrived: float | None = None):
         self.gateway = gateway
         self.protocol = protocol
         self.req = req
@@ -73,6 +77,9 @@ class Turn:
         self.transport = transport
         self.request_id = request_id or new_id("req")
         self.request: TurnRequest = protocol.translate(req, ctx)
+        # ground truth of this request's timeline, if traced (gateway.tracing)
+        self.trace: Trace | None = gateway.traces.begin(
+            ctx.headers, self.request_id, protocol.name, transport, arrived)
         self.job: Job | None = None
         self.encoder: Encoder | None = None
         self.opened = False  # the opening events went out
@@ -88,6 +95,8 @@ class Turn:
         self.writing_since = 0.0  # loop time the pending write began (0: none pending)
         self.paused = 0.0  # seconds an injected stall held the stream (not the reader's lag)
         self.write_error: BaseException | None = None  # what a pushed write raised
+        self.tape: Tape | None = None  # recording this turn (``--record``, gateway.cassettes)
+        self.closing = False  # the closing events are the next (and last) thing yielded
 
     # -- admission ------------------------------------------------------------------------
 
@@ -105,6 +114,8 @@ class Turn:
             self.api_key = decision.api_key
             if decision.fault is not None:
                 await self._before_admission(decision, decision.fault, disconnected)
+            if gw.cassettes is not None:  # record / replay: the request as matched, recorded
+                gw.cassettes.before(self, stream)
             job = await gw.admit(req, decision, stream=stream, disconnected=disconnected)
         except APIError as exc:
             gw.record(rejection_row(
@@ -114,9 +125,13 @@ class Turn:
             raise
         self.job = job
         self.encoder = self.protocol.encoder(job, self.req, self.request)
+        if gw.cassettes is not None:  # a replayed job's recorded events; a tape to record
+            self.encoder = gw.cassettes.after(self, job, self.encoder)
         job.protocol, job.transport = self.protocol.name, self.transport
         job.fault = self.fault.kind if self.fault else None
         gw.turns.add(self)
+        if self.trace is not None:
+            self.trace.admitted(job)
         return job
 
     async def _before_admission(self, decision: Decision, fault: Fault,
@@ -174,6 +189,8 @@ class Turn:
         job = self.job
         assert job is not None
         if not job.settled:
+            if self.trace is not None:
+                self.trace.status = status
             if detail is not None:
                 job.detail = detail
             self.gateway.settle(job, status, ended)
@@ -210,12 +227,16 @@ class Turn:
         events from inside the engine's step (``gateway.push``), used when it can be."""
         enc = self.encoder
         assert enc is not None
+        if self.tape is not None:  # recorded: every event through the frames (no push)
+            return self.tape.frames(self._events(_same, enc.frame_tokens))
         return self._events(_same, enc.frame_tokens, push)
 
     def sse(self, push: Push | None = None) -> AsyncIterator[bytes]:
         """The same events as SSE bytes; token batches take the encoder's one-write path."""
         enc = self.encoder
         assert enc is not None
+        if self.tape is not None:  # recorded: each event seen as a frame, then framed
+            return self.tape.sse(self._events(_same, enc.frame_tokens))
         return self._events(enc.sse, enc.sse_tokens, push)
 
     def lagged(self, lag: float, max_lag: float) -> None:
@@ -237,6 +258,7 @@ class Turn:
         max_lag = self.gateway.config.server.stream_max_lag_s
         stream = job.stream
         enc.interval = interval = stream.interval  # the tier's stream_interval
+        trace = self.trace  # None unless traced: one compare per event (gateway.tracing)
         try:
             self.opened = True
             opening = frame(enc.opening())
@@ -244,6 +266,8 @@ class Turn:
                 pending = opening
             else:
                 pending = None
+                if trace is not None:
+                    trace.event(None, monotonic(), 0)
                 yield opening
             take, ready = stream.take, stream.ready
             engine = stream if isinstance(stream, TokenStream) else None
@@ -270,24 +294,43 @@ class Turn:
                     if lag > max_lag:
                         self.lagged(lag, max_lag)
                         break
+                fault = self.stream_fault
                 if pending is not None:
+                    if fault is None or start + n < fault.after:  # one write with the tokens
+                        if trace is not None:
+                            sent = monotonic()
+                            trace.event(None, sent, 0)
+                            trace.event(stream.due_at(start, n), sent, n)
+                        yield pending + tokens(start, n)
+                        pending = None
+                        continue
+                    if trace is not None:
+                        trace.event(None, monotonic(), 0)
                     yield pending
                     pending = None
-                fault = self.stream_fault
                 if fault is None or start + n < fault.after:
+                    if trace is not None:
+                        trace.event(stream.due_at(start, n), monotonic(), n)
                     yield tokens(start, n)
                     continue
                 # the fault goes after the event holding its token (events stay whole)
                 head = max(0, min(n, -(-fault.after // interval) * interval - start))
                 if head:
+                    if trace is not None:
+                        trace.event(stream.due_at(start, head), monotonic(), head)
                     yield tokens(start, head)
                 async for out in self._apply(fault, frame):
                     yield out
                 if self.cut or job.settled:
                     return
                 if n > head:
+                    if trace is not None:
+                        trace.event(stream.due_at(start + head, n - head), monotonic(),
+                                    n - head)
                     yield tokens(start + head, n - head)
             if pending is not None:  # no token came (an empty reply, or a cut)
+                if trace is not None:
+                    trace.event(None, monotonic(), 0)
                 yield pending
             job.streamed()
             if self.abort is not None and not job.finished:
@@ -300,6 +343,9 @@ class Turn:
                 if self.cut or job.settled:
                     return
             self.complete()
+            self.closing = True  # the last events: the transport may end the body with them
+            if trace is not None:
+                trace.event(None, monotonic(), 0)
             yield frame(enc.closing())
         except asyncio.CancelledError:
             self._as_sent()  # a cancelled websocket turn answers with the partial output
@@ -317,6 +363,8 @@ class Turn:
             yield frame(self._as_sent().failed(error))
         finally:
             self.settle_aborted()  # a no-op unless the consumer stopped early
+            if trace is not None:
+                self.gateway.traces.keep(trace)
 
     def _as_sent(self) -> Encoder:
         """The encoder in the state of what was sent. One that encoded ahead of the stream

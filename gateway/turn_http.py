@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
+from .background import Background
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -37,17 +38,22 @@ from .tickets import ClientGone
 from .turn import Turn
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-# The server's own ``send``, put in the scope by the app (``gateway.app``): token events are
-# written with it, past the per-message wrappers Starlette's middleware puts around ``send``
-# (they only watch for the response start, which still goes through them). No middleware here
-# rewrites a response body; one that did would have to be on the hot path's side of this.
+# The server's own ``send``, put in the scope by the app (``gateway.app``) while none of its
+# middleware rewrites a response body: token events are written with it, past the per-message
+# wrappers Starlette's middleware puts around ``send`` (they only watch for the response start,
+# which still goes through them), and from the engine's step (push mode). Without it (a
+# middleware that may rewrite bodies, e.g. GZip), every byte goes through ``send``, from the
+# turn's own task.
 RAW_SEND = "fastmode.send"
+# (a type spelled once: ``cast`` evaluates its type argument at every call)
+_Write = Callable[[Message], Coroutine[Any, Any, None]]
 
 
 class TurnStream(StreamingResponse):
     def __init__(self, turn: Turn, headers: dict[str, str], raw_send: Send | None = None) -> None:
-        super().__init__(turn.sse(self.push), media_type="text/event-stream",
-                         headers={**SSE_HEADERS, **headers})
+        # push mode only with the raw send: a middleware's send must run in the turn's task
+        super().__init__(turn.sse(self.push if raw_send is not None else None),
+                         media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         self.turn = turn
         self.raw_send = raw_send
         # the server's send: a coroutine function (ASGI servers define it with ``async def``)
@@ -71,7 +77,7 @@ class TurnStream(StreamingResponse):
             gone = True
             task.cancel()
 
-        listener = asyncio.ensure_future(listen())
+        listener = task.get_loop().create_task(listen())
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -95,11 +101,16 @@ class TurnStream(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
-        self._write = cast(Callable[[Message], Coroutine[Any, Any, None]], write)
+        self._write = cast(_Write, write)
+        ended = False
         try:
             async for chunk in self.body_iterator:
                 turn.writing_since = clock()
-                await write({"type": "http.response.body", "body": chunk, "more_body": True})
+                if turn.closing and not ended:  # the last events end the body: one write
+                    ended = True
+                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                else:
+                    await write({"type": "http.response.body", "body": chunk, "more_body": True})
                 turn.writing_since = 0.0
         except asyncio.CancelledError:
             # the watchdog's cancel of a write to a reader that stopped reading: end here,
@@ -110,7 +121,7 @@ class TurnStream(StreamingResponse):
             raise
         finally:
             turn.writer = None
-        if turn.cut:
+        if turn.cut or ended:
             return  # a `cut` fault: the connection drops mid-stream
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -146,6 +157,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
 
     async def endpoint(request: Request) -> Response:
         started = time.perf_counter()
+        arrived = time.monotonic()
         state = request.app.state
         gateway: Gateway = state.gateway
         request_id = new_id("req")
@@ -163,8 +175,12 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             store = state.responses.seen_by(deferred(gateway.auth, request.headers))
             ctx = RequestContext(request.headers, fast_path, store)
             await prefetch(req, ctx)
+            if req.__dict__.get("background"):  # Responses' background mode
+                background: Background = state.background
+                return await background.create(protocol, req, ctx, request_id, started)
             turn = await off_loop(len(raw), counted, gateway, protocol.name,
-                                  Turn, gateway, protocol, req, ctx, request_id=request_id)
+                                  Turn, gateway, protocol, req, ctx, request_id=request_id,
+                                  arrived=arrived)
             job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)
@@ -206,6 +222,11 @@ async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Respon
     turn.complete()
     headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
     body = orjson.dumps(enc.body())
+    if turn.tape is not None:  # --record (a turn with a fault has none)
+        turn.tape.whole(body, asyncio.get_running_loop().time())
     if fault is not None and fault.kind is Kind.MALFORMED:
         body = body[: len(body) // 2]
+    if turn.trace is not None:  # the whole body is one write (gateway.tracing)
+        turn.trace.whole(job, time.monotonic())
+        turn.gateway.traces.keep(turn.trace)
     return Response(body, 200, headers=headers, media_type="application/json")

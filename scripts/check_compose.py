@@ -31,16 +31,16 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from commands import build_parser
+from gateway.config import ConfigError, load_config
+from gateway.engine_config import engine_config
 
-from commands import build_parser  # noqa: E402
-from gateway.config import ConfigError, load_config  # noqa: E402
-from gateway.engine_config import engine_config  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROBLEMS: list[str] = []
 
@@ -197,7 +197,7 @@ def check_command(where: str, cmd: list[str], mounts: dict[str, Path], stages: l
 PULLED_IMAGES = ("redis:",)
 
 
-def check_pulled(where: str, svc: dict) -> int:
+def check_pulled(where: str, svc: dict[str, Any]) -> int:
     """A Redis service: its command is redis-server (which the integration runner can run
     locally) with an explicit --port, and its health check is redis-cli ping."""
     cmd = svc.get("command") or []
@@ -211,13 +211,13 @@ def check_pulled(where: str, svc: dict) -> int:
     return 2
 
 
-def listen_port(svc: dict) -> str | None:
+def listen_port(svc: dict[str, Any]) -> str | None:
     cmd = svc.get("command") or []
     cmd = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
     return cmd[cmd.index("--port") + 1] if "--port" in cmd[:-1] else None
 
 
-def check_url(where: str, url: str, services: dict) -> None:
+def check_url(where: str, url: str, services: dict[str, Any]) -> None:
     parts = urlsplit(url)
     host, port = parts.hostname, str(parts.port or 80)
     if host in ("127.0.0.1", "localhost"):
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     compose_path = Path(args.compose)
     run_parser(compose_path, args.require_parser)
     compose = yaml.safe_load(compose_path.read_text())
-    services: dict = compose.get("services") or {}
+    services: dict[str, Any] = compose.get("services") or {}
     ignore_file = ROOT / ".dockerignore"
     ignore = [ln.strip() for ln in ignore_file.read_text().splitlines()
               if ln.strip() and not ln.startswith("#")] if ignore_file.exists() else []

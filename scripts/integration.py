@@ -35,17 +35,18 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 import httpx
 import yaml
+
+from bench.harness import free_port  # the benchmarks' port reservation, one copy
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 TEST_SERVICE = "integration-tests"
 CONTAINER_PORT = "8000"
-
-sys.path.insert(0, str(ROOT / "bench"))
-from harness import free_port  # noqa: E402  (the benchmarks' port reservation, one copy)
 
 
 def env_name(service: str) -> str:
@@ -60,11 +61,11 @@ class Service:
     env: dict[str, str]
     url: str
     depends_on: list[str] = field(default_factory=list)
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
 
 
-def _mounts(svc: dict) -> dict[str, Path]:
+def _mounts(svc: dict[str, Any]) -> dict[str, Path]:
     """Container path -> repository path, from the service's bind mounts."""
     out = {}
     for vol in svc.get("volumes") or []:
@@ -77,33 +78,33 @@ def _mounts(svc: dict) -> dict[str, Path]:
     return out
 
 
-def _command(svc: dict) -> list[str]:
+def _command(svc: dict[str, Any]) -> list[str]:
     cmd = svc.get("command") or []
     return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
 
 
-def _environment(svc: dict) -> dict[str, str]:
+def _environment(svc: dict[str, Any]) -> dict[str, str]:
     env = svc.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
     return {k: str(v) for k, v in env.items()}
 
 
-def _scheme(svc: dict) -> str:
+def _scheme(svc: dict[str, Any]) -> str:
     return "redis" if _command(svc)[:1] == ["redis-server"] else "http"
 
 
-def _listen(svc: dict) -> str:
+def _listen(svc: dict[str, Any]) -> str:
     cmd = _command(svc)
     return cmd[cmd.index("--port") + 1] if "--port" in cmd[:-1] else CONTAINER_PORT
 
 
-def _depends(svc: dict) -> list[str]:
+def _depends(svc: dict[str, Any]) -> list[str]:
     dep = svc.get("depends_on") or []
     return list(dep) if isinstance(dep, (list, dict)) else []
 
 
-def plan(compose: dict) -> tuple[list[Service], list[str], dict[str, str]]:
+def plan(compose: dict[str, Any]) -> tuple[list[Service], list[str], dict[str, str]]:
     """The local processes for the ``fastmode`` services (in dependency order), the test
     command, and the test environment."""
     services = compose["services"]
@@ -184,7 +185,7 @@ def _redis_ping(url: str) -> bool:
         return False
 
 
-def wait_healthy(url: str, proc: subprocess.Popen | None, timeout: float) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if url.startswith("redis://"):
@@ -242,9 +243,9 @@ def stop_all(services: list[Service], state_file: Path | None) -> None:
                     pids[int(entry["pid"])] = entry["argv"]
         except (OSError, ValueError, KeyError):
             pass
-    children = {s.proc.pid for s in services if s.proc is not None and s.proc.poll() is None}
+    running = {s.proc.pid for s in services if s.proc is not None and s.proc.poll() is None}
     # our own children are ours whatever their cmdline says (redis-server rewrites its title)
-    live = [pid for pid, argv in pids.items() if pid in children or _is_ours(pid, argv)]
+    live = [pid for pid, argv in pids.items() if pid in running or _is_ours(pid, argv)]
     for pid in live:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
@@ -295,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     state_file = workdir / "topology.json"
     stopped = False
 
-    def on_signal(signum, frame):  # pragma: no cover - interactive
+    def on_signal(signum: int, frame: FrameType | None) -> NoReturn:  # pragma: no cover
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)

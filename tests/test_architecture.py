@@ -10,13 +10,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("workload", "backends", "gateway", "clients", "commands")
-# package -> project packages it must not import
+# programs over the project (benchmarks, deployment checks): they import the packages' public
+# modules and bench's shared helpers; nothing in the packages imports them
+PROGRAMS = ("bench", "scripts")
+# package -> project packages (and program directories) it must not import
 FORBIDDEN = {
-    "workload": {"backends", "gateway", "clients", "commands"},
-    "backends": {"gateway", "clients", "commands"},
-    "gateway": {"clients", "commands"},
-    "clients": {"backends", "gateway", "commands"},  # public API only: measures any server
-    "commands": set(),
+    "workload": {"backends", "gateway", "clients", "commands", *PROGRAMS},
+    "backends": {"gateway", "clients", "commands", *PROGRAMS},
+    "gateway": {"clients", "commands", *PROGRAMS},
+    "clients": {"backends", "gateway", "commands", *PROGRAMS},  # public API only: any server
+    "commands": {*PROGRAMS},
 }
 MAX_LINES = 450  # "no module over ~400 lines"
 
@@ -33,7 +36,7 @@ def imported_packages(path: Path) -> set[str]:
             out |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             out.add(node.module.split(".")[0])
-    return out & set(PACKAGES)
+    return out & {*PACKAGES, *PROGRAMS}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -59,10 +62,51 @@ def test_protocol_plugins_do_not_know_the_pipeline() -> None:
     assert bad == []
 
 
+def program_import_problems(path: Path) -> list[str]:
+    """What a file of bench/ or scripts/ must not do: import a private module or name of the
+    project (``_x``), the tests, scripts/, a sibling by its bare file name or relatively (it
+    would work one way of running the file only), or edit ``sys.path``."""
+    siblings = {p.stem for d in PROGRAMS for p in (ROOT / d).glob("*.py")} - {"__init__"}
+    out: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        mods: list[tuple[str, list[str]]] = []
+        if isinstance(node, ast.Import):
+            mods = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                out.append(f"relative import {'.' * node.level}{node.module or ''}")
+                continue
+            mods = [(node.module or "", [alias.name for alias in node.names])]
+        elif (isinstance(node, ast.Attribute) and node.attr == "path"
+              and isinstance(node.value, ast.Name) and node.value.id == "sys"):
+            out.append(f"sys.path (line {node.lineno})")
+        for module, names in mods:
+            parts = module.split(".")
+            if parts[0] in ("tests", "conftest", "scripts"):
+                out.append(f"imports {module}")
+            elif parts[0] in siblings:
+                out.append(f"imports {module} by its file name (bench.{module}?)")
+            elif parts[0] in (*PACKAGES, "bench"):
+                private = [p for p in parts[1:] + names if p.startswith("_")]
+                if private:
+                    out.append(f"imports private {module}: {', '.join(private)}")
+    return out
+
+
+@pytest.mark.parametrize("directory", PROGRAMS)
+def test_programs_import_public_modules_without_path_edits(directory: str) -> None:
+    bad = {
+        str(p.relative_to(ROOT)): problems
+        for p in modules(directory)
+        if (problems := program_import_problems(p))
+    }
+    assert bad == {}
+
+
 def test_no_module_over_the_size_limit() -> None:
     big = {
         str(p.relative_to(ROOT)): n
-        for package in PACKAGES
+        for package in (*PACKAGES, *PROGRAMS)
         for p in modules(package)
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }

@@ -8,6 +8,8 @@ requests from this mix, so their points are the same experiment, measured two wa
 
 from __future__ import annotations
 
+from typing import Any
+
 from .errors import WorkloadError
 
 DEFAULT_SHARES = (0.0, 0.10, 0.25, 0.50)
@@ -51,13 +53,13 @@ def _get(obj: object, *path: str) -> float | None:
     return obj if isinstance(obj, int | float) and not isinstance(obj, bool) else None
 
 
-def sweep_row(point: dict) -> dict:
+def sweep_row(point: dict[str, Any]) -> dict[str, Any]:
     """The table row of one point of a sweep document (the shape ``fastmode simulate
     --scenario fast-share --json`` and ``fastmode bench --scenario fast-share`` share:
     ``{"fast_share", "tiers": {tier: figures}, "fleet": {...} | None}``)."""
     tiers = point.get("tiers") or {}
     fleet = point.get("fleet") or {}
-    row: dict = {"fast_share": point["fast_share"]}
+    row: dict[str, Any] = {"fast_share": point["fast_share"]}
     for tier in ("standard", FAST):
         row[f"{tier}_requests"] = _get(tiers, tier, "requests")
         row[f"{tier}_ttft_p50_s"] = _get(tiers, tier, "ttft_s", "p50")

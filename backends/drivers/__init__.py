@@ -4,7 +4,8 @@ Both drive the same ``Scheduler`` objects the same way (``base.py``) — a repli
 the time its previous step ended (or when work arrives at an idle replica) — so for the same
 arrivals they produce the same timeline. Only the way time passes differs: the real-time driver
 (``realtime.py``) sleeps until a step's modeled end, once per replica step; the virtual driver
-(``virtual.py``) jumps from event to event.
+(``virtual.py``) jumps from event to event. Real-time replicas are supervised
+(``supervisor.py``): one whose task fails or that stops stepping is reported and restarted.
 """
 
 from .base import (
@@ -17,22 +18,26 @@ from .base import (
     new_sequence,
     pick_replica,
 )
-from .realtime import RealtimeDeployment, RealtimeDriver, RealtimeReplica, TokenStream
+from .realtime import PACING_TOLERANCE_S, RealtimeDriver, RealtimeReplica
 from .realtime_fleet import PoolHandle, RealtimeFleet
+from .supervisor import ReplicaFailure, Supervisor
+from .token_stream import TokenStream
 from .virtual import Arrival, VirtualDriver
 
 __all__ = [
     "OVERLOADED",
+    "PACING_TOLERANCE_S",
     "TOO_LARGE",
     "Arrival",
     "Driver",
     "Overloaded",
     "PoolHandle",
-    "RealtimeDeployment",
     "RealtimeDriver",
     "RealtimeFleet",
     "RealtimeReplica",
     "Replica",
+    "ReplicaFailure",
+    "Supervisor",
     "TokenStream",
     "TooLarge",
     "VirtualDriver",

@@ -18,6 +18,8 @@ the time its previous step ended, or, when idle, at the moment work arrives. Onl
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import random
 from abc import ABC, abstractmethod
@@ -76,7 +78,7 @@ class Replica:
     """
 
     __slots__ = ("scheduler", "name", "deployment", "next_start", "steps", "last_batch",
-                 "tenants", "retired", "offered")
+                 "tenants", "retired", "offered", "healthy")
 
     def __init__(self, scheduler: Scheduler, name: str, deployment: str) -> None:
         self.scheduler = scheduler
@@ -88,6 +90,8 @@ class Replica:
         self.tenants: TenantLoad | None = None  # the other tenants' share here (a fleet's)
         self.retired = False  # moved out of its pool: finishes its requests, takes no more
         self.offered = 0  # output tokens of every request offered here (the fleet's demand)
+        # False while a failed replica waits to restart (``drivers.supervisor``): out of routing
+        self.healthy = True
 
     @property
     def load(self) -> int:
@@ -102,6 +106,8 @@ class Replica:
         past (nor, in real time, whenever its task next gets the event loop).
         """
         sched = self.scheduler
+        if not self.healthy:  # a failed replica waiting to restart (only when all of them are)
+            return OVERLOADED
         self.offered += seq.output_tokens
         if not sched.fits_ever(seq):
             return TOO_LARGE
@@ -138,14 +144,15 @@ def pick_replica(
     now: float = 0.0,
     routing: CacheRouting | None = None,
 ) -> R:
-    """Least outstanding work: fewest running plus waiting sequences, first on ties.
+    """Least outstanding work: fewest running plus waiting sequences, first on ties; a replica
+    that is not ``healthy`` (failed, waiting to restart) only when none is.
 
     With a ``prefix`` and ``routing.prefer_cached``: the replica holding the longest cached
     prefix of the prompt, among those at most ``routing.max_imbalance`` sequences busier than
     the least loaded; with no hit anywhere, the key's ``affinity`` (OpenAI's
     ``prompt_cache_key``) picks a replica within the same bound, so that requests sharing a
     prefix meet where it will be cached."""
-    rs = list(replicas)
+    rs = [r for r in replicas if r.healthy] or list(replicas)
     least = min(rs, key=lambda r: r.load)
     if prefix is None or routing is None or not routing.prefer_cached or len(rs) == 1:
         return least
@@ -216,7 +223,7 @@ class Driver(ABC, Generic[R]):
 
     def retire_replica(self, replica: R, now: float) -> None:
         """Take ``replica`` out of its pool: no new requests; its tenants move to the others;
-        it steps until its own requests are done (``_drained``)."""
+        it steps until its own requests are done (``drained``)."""
         pool = self.by_deployment[replica.deployment]
         pool.remove(replica)
         replica.retired = True
@@ -227,7 +234,7 @@ class Driver(ABC, Generic[R]):
             replica.tenants.share(0)
             self._reshare(replica.deployment)
         if not replica.scheduler.has_work:
-            self._drained(replica, now)
+            self.drained(replica, now)
 
     def _reshare(self, deployment: str) -> None:
         pool = self.by_deployment[deployment]
@@ -235,8 +242,9 @@ class Driver(ABC, Generic[R]):
             if r.tenants is not None:
                 r.tenants.share(len(pool))
 
-    def _drained(self, replica: R, now: float) -> None:
-        """A retired replica finished its last request (the driver calls this)."""
+    def drained(self, replica: R, now: float) -> None:
+        """A retired replica finished its last request (its driver, or whatever runs the
+        driver's fleet, calls this)."""
         if replica in self.draining:
             self.draining.remove(replica)
             if self.fleet is not None:
@@ -294,3 +302,11 @@ class Driver(ABC, Generic[R]):
     @abstractmethod
     def cancel(self, seq: Sequence) -> None:
         """Cancel a request; its slot and KV are free when its replica plans its next step."""
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel ``task`` (a replica's, the supervisor's, the fleet's) and wait until it ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -8,18 +8,26 @@ service, ``choose`` and ``submit``.
 
 A replica the fleet retires stops taking requests at once; its task ends once its requests are
 done (checked at each turn), and the fleet stops paying for it if its group is elastic.
+
+The driver's ``Supervisor`` watches every replica, those the fleet adds included; the fleet's
+own task is watched the same way: if a turn raises, it is logged and the task restarted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..engine import DeploymentSpec, EngineSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
-from .realtime import RealtimeDriver, RealtimeReplica, StepCallback, TokenStream
+from .base import cancel_and_wait
+from .realtime import RealtimeDriver, RealtimeReplica, StepCallback
+from .token_stream import TokenStream
+
+log = logging.getLogger("fastmode.engine")
 
 
 class _FleetDriver(RealtimeDriver):
@@ -96,15 +104,24 @@ class RealtimeFleet:
             self._task = asyncio.get_running_loop().create_task(
                 self._turns(), name="fleet-autoscaler"
             )
+            self._task.add_done_callback(self._turns_ended)
+
+    def _turns_ended(self, task: asyncio.Task[None]) -> None:
+        """The fleet's task ended by itself (``stop`` lets go of it first): a turn raised, so
+        log it and start again; cancelled by someone else (the event loop shutting down
+        without ``stop``): say so."""
+        if task is not self._task:
+            return
+        self._task = None
+        if task.cancelled():
+            log.warning("the fleet's turns were cancelled")
+            return
+        log.error("the fleet's turns stopped; restarting them", exc_info=task.exception())
+        self.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        await cancel_and_wait(task)
         await self.driver.stop()
 
     async def _turns(self) -> None:
@@ -119,7 +136,7 @@ class RealtimeFleet:
             fleet.due(now)
             for replica in list(driver.draining):
                 if not replica.scheduler.has_work:
-                    driver._drained(replica, now)
+                    driver.drained(replica, now)
                     await replica.stop()
 
     def refresh(self, now: float) -> None:

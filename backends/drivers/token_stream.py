@@ -66,7 +66,8 @@ class TokenStream(CountStream):
     """
 
     __slots__ = ("seq", "replica", "tag", "interval", "delivered", "since", "watch", "watched_at",
-                 "_cancelled", "_fut", "_first", "_i0", "_i1", "_t1", "_listener")
+                 "waits_first", "lag_first", "lag_end", "_lag0", "_cancelled", "_fut", "_i0",
+                 "_i1", "_t1", "_listener")
 
     def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
                  interval: int = 1) -> None:
@@ -77,7 +78,7 @@ class TokenStream(CountStream):
         self.delivered = 0
         self._cancelled = False
         self._fut: asyncio.Future[None] | None = None  # what the reader waits on
-        self._first = False  # ... and it is the first token (the replica wakes it then)
+        self.waits_first = False  # ... for the first token (the replica wakes it then)
         self._i0 = self._i1 = -1  # replica step index at the previous read and at the last
         self.since = self._t1 = 0.0  # ... and their modeled ends
         # no event of the next item was due before ``since`` (the reader took all due ones):
@@ -85,6 +86,10 @@ class TokenStream(CountStream):
         self.watch = -1  # a token whose exact time to keep (``watched_at``) when handed out
         self.watched_at = -1.0
         self._listener: Callable[[int, int], bool] | None = None  # push mode (``listen``)
+        # the replica's ``slipped`` (host lag, seconds) when the request arrived, at its first
+        # token and at its last (set by the replica, once each): ``host_lag``
+        self._lag0 = replica.slipped
+        self.lag_first = self.lag_end = -1.0
 
     def take(self) -> int:
         """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
@@ -111,20 +116,27 @@ class TokenStream(CountStream):
             self.watched_at = self._time(first + self.watch)
         return n
 
+    def due_step(self) -> int:
+        """The replica step that produces the last token of the next event (the next
+        ``interval`` tokens after those handed out, or the reply's last): the one step a
+        reader waits for. Only once decoding started (``seq.first_step`` known)."""
+        seq = self.seq
+        out = seq.output_tokens
+        want = self.delivered + self.interval
+        return seq.first_step + (want if want < out else out) - 1
+
     def ready(self) -> asyncio.Future[None] | None:
         """After ``take`` gave nothing: the future to await before tokens are due (the step
         producing the last token of the next event; the first token's step before decoding
         starts), or None when the stream is over (all handed out, cancelled, stopped)."""
         seq, rep = self.seq, self.replica
-        out = seq.output_tokens
-        if self._cancelled or rep.stopped or seq.state == CANCELLED or self.delivered >= out:
+        if (self._cancelled or rep.stopped or seq.state == CANCELLED
+                or self.delivered >= seq.output_tokens):
             return None
         fut = self._fut = rep.loop.create_future()
-        first = seq.first_step
-        self._first = first < 0
-        if first >= 0:
-            want = self.delivered + self.interval
-            rep.wait_for(first + (want if want < out else out) - 1, fut)
+        self.waits_first = seq.first_step < 0
+        if not self.waits_first:
+            rep.wait_for(self.due_step(), fut)
         return fut
 
     def listen(self, callback: Callable[[int, int], bool] | None) -> bool:
@@ -132,7 +144,8 @@ class TokenStream(CountStream):
         (``take``) inside the step that produces the last token of the next event and calls
         ``callback(start, count)`` with them; ``count`` is 0 once the stream is over (all
         handed out, cancelled, replica stopped: one last call). The callback returns True to be
-        called again, False to stop listening; it must not raise. ``listen(None)`` stops. Call
+        called again, False to stop listening; it must not raise (one that does is logged and
+        its stream cancelled; the replica goes on). ``listen(None)`` stops. Call
         it after ``take`` gave nothing; False if push mode cannot start (no first token yet,
         tokens waiting, or the stream is over): the reader then waits with ``ready``."""
         if callback is None:
@@ -146,19 +159,18 @@ class TokenStream(CountStream):
     def _arm(self) -> bool:
         """Register with the replica for the step that makes the next event due; False if that
         step is done already (there are tokens to take)."""
-        seq, rep = self.seq, self.replica
-        out = seq.output_tokens
-        want = self.delivered + self.interval
-        index = seq.first_step + (want if want < out else out) - 1
+        index = self.due_step()
+        rep = self.replica
         if index <= rep.done_index:
             return False
         rep.wait_for(index, self)
         return True
 
-    def _push(self) -> None:
+    def deliver(self) -> None:
         """The replica's call at the step this stream listened for: ``take``, the listener,
         and re-arming for the next event, in one call (this runs once per event of every
-        stream in push mode: ``take``, ``over`` and ``_arm`` are inlined)."""
+        stream in push mode: ``take`` and ``over`` are inlined). A listener that raises is a
+        bug of its own: logged, its stream ended, never the replica's step broken."""
         callback = self._listener
         if callback is None:
             return  # stopped listening since
@@ -166,30 +178,24 @@ class TokenStream(CountStream):
         delivered = self.delivered
         try:
             again = callback(delivered - n, n)
+            if self._listener is not callback:
+                return  # it stopped listening itself
+            if not again:
+                self._listener = None
+                return
+            seq, rep = self.seq, self.replica
+            index = self.due_step()
+            if (delivered >= seq.output_tokens or self._cancelled or seq.state == CANCELLED
+                    or rep.stopped or index <= rep.done_index):  # over, or due already: the end
+                self._listener = None
+                callback(delivered, 0)  # the last call
+                return
         except Exception:  # a broken listener must not stop the replica: end its stream
             log.exception("stream listener failed")
             self._listener = None
             self.cancel()
             return
-        if self._listener is not callback:
-            return  # it stopped listening itself
-        if not again:
-            self._listener = None
-            return
-        seq, rep = self.seq, self.replica
-        out = seq.output_tokens
-        want = delivered + self.interval
-        index = seq.first_step + (want if want < out else out) - 1
-        if (delivered >= out or self._cancelled or seq.state == CANCELLED or rep.stopped
-                or index <= rep.done_index):  # over, or due already (take again): the end
-            self._listener = None
-            callback(delivered, 0)  # the last call
-            return
-        waiters = rep._at.get(index)  # re-armed: ``rep.wait_for(index, self)``
-        if waiters is None:
-            rep._at[index] = [self]
-        else:
-            waiters.append(self)
+        rep.wait_for(index, self)  # re-armed for the next event
 
     @property
     def over(self) -> bool:
@@ -231,6 +237,16 @@ class TokenStream(CountStream):
         modeled time."""
         return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
 
+    def host_lag(self) -> tuple[float, float]:
+        """Seconds the host added to this request's modeled times (its replica's timeline
+        slipped, ``backends.drivers.realtime``): in all, and the part of it between the first
+        token and the last (what slowed its tokens, not its first one). Up to now for a
+        request not finished."""
+        now = self.replica.slipped
+        end = self.lag_end if self.lag_end >= 0 else now
+        first = self.lag_first if self.lag_first >= 0 else end
+        return end - self._lag0, end - first
+
     @property
     def finished(self) -> bool:
         return self.delivered >= self.seq.output_tokens
@@ -247,9 +263,16 @@ class TokenStream(CountStream):
         if not self._cancelled:
             self._cancelled = True
             self.replica.cancel(self.seq)
-            self._wake()
+            self.wake()
 
-    def _wake(self) -> None:
+    def move(self, seq: Sequence, replica: RealtimeReplica) -> None:
+        """The request failed over before its first token (``backends.drivers.supervisor``):
+        its tokens now come from ``seq`` on ``replica``; a reader waiting for the first token
+        is woken by that replica."""
+        self.seq, self.replica = seq, replica
+        self._lag0 = replica.slipped  # (what the failed replica slipped before is not counted)
+
+    def wake(self) -> None:
         """End the reader's wait (it then looks again: a cancelled stream ends); a listener is
         called one last time."""
         listener = self._listener

@@ -247,7 +247,7 @@ class VirtualDriver(Driver[Replica]):
         result = replica.step()
         if result is None:
             if replica.retired:
-                self._drained(replica, start)
+                self.drained(replica, start)
             return
         dt = result.end - result.start
         self._done(replica, result, 1, dt, dt)
@@ -309,7 +309,7 @@ class VirtualDriver(Driver[Replica]):
                 else:
                     self._schedule(replica, t)
         elif replica.retired:
-            self._drained(replica, result.end)
+            self.drained(replica, result.end)
 
     def _arrive(self, arr: Arrival) -> None:
         """An arrival at ``now``: routed and admitted as ``submit`` does, refusals reported."""

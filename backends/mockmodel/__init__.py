@@ -9,7 +9,8 @@ reply lengths, parallel calls), ``streams`` (seeded randomness, one stream per d
 ``thinking`` (the reasoning before a reply), ``lengths`` (how long a reply should be),
 ``prose`` (the text writer), ``toolcalls`` (which tools, which arguments), ``structured``
 (JSON replies), ``schema_values`` / ``schema_strings`` (JSON values that fit a schema),
-``schema_subset`` (which schemas a request may use), ``botching`` (the quality profile's
+``schema_subset`` (which schemas a request may use), ``prompted_json`` (JSON a prompt asks
+for), ``botching`` (the quality profile's
 mistakes), ``scripts`` (configured replies), ``pieces`` (caps and stop sequences, token by
 token) and ``schema_check`` (validating values with ``jsonschema``).
 """
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
 from .pieces import finish_tool_calls, with_reasoning
+from .prompted_json import prompted_json
 from .prose import last_user_text, text_reply, tool_result_opener
 from .request import (
     BOTCH_KINDS,
@@ -45,7 +47,7 @@ from .schema_check import validate_arguments, validate_value
 from .schema_subset import SchemaRejected, check_schema
 from .schema_values import generate_value
 from .scripts import match_script, scripted
-from .streams import Streams, request_digest
+from .streams import Streams
 from .structured import structured_reply
 from .thinking import think
 from .toolcalls import make_calls, wants_tool
@@ -90,16 +92,23 @@ def generate(
     effort), then a scripted answer, tool calls, a structured output or free text.
 
     ``max_tokens`` caps reasoning and reply together (reasoning first, as a model generates
-    them); ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
+    them), but reasoning never takes the whole cap: the reply keeps the room it needs, up to
+    half the cap (a short answer or a tool call whole, a long one at least half the cap).
+    ``reasoning_room`` is extra room for reasoning alone, for requests that set no cap.
     """
-    streams = Streams(request_digest(req))
-    total = None if req.max_tokens is None else req.max_tokens + req.reasoning_room
-    reasoning = think(req, behavior.reasoning, streams, total)
-    if reasoning is not None and req.max_tokens is not None:
-        assert total is not None
+    streams = Streams(req)  # hashed when a stream is first asked for
+    reply = _reply(req, quality, scripts, behavior, streams)
+    if req.max_tokens is None:
+        return with_reasoning(reply, think(req, behavior.reasoning, streams, None))
+    total = req.max_tokens + req.reasoning_room
+    reserve = max(1, min(reply.output_tokens, (req.max_tokens + 1) // 2))
+    reasoning = think(req, behavior.reasoning, streams, max(0, total - reserve))
+    if reasoning is not None:
         visible = min(req.max_tokens, total - reasoning.tokens)
-        req = dataclasses.replace(req, max_tokens=visible)
-    return with_reasoning(_reply(req, quality, scripts, behavior, streams), reasoning)
+        if visible < reply.output_tokens:  # the cap cuts the reply: a prefix of it
+            reply = _reply(dataclasses.replace(req, max_tokens=visible), quality, scripts,
+                           behavior, streams)
+    return with_reasoning(reply, reasoning)
 
 
 def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[ScriptRule],
@@ -119,7 +128,14 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
             rng = streams("botch" + (f"/{k}" if k else ""))
             calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
         return finish_tool_calls(calls, req.max_tokens)
-    if req.response_format is not None:
+    fmt = req.response_format
+    if fmt is None or fmt.kind == "json_object":  # the prompt may say which JSON
+        asked = prompted_json(req.messages) if last_role in ("user", "tool") else None
+        if asked is not None:
+            return structured_reply(dataclasses.replace(req, response_format=asked.format),
+                                    streams, last_user_text(req.messages), quality,
+                                    fenced=asked.fenced and fmt is None)
+    if fmt is not None:
         return structured_reply(req, streams, last_user_text(req.messages), quality)
     opener = tool_result_opener(req.messages) if last_role == "tool" else None
     return text_reply(req, streams, opener, behavior.replies)

@@ -47,6 +47,9 @@ class ModelBehavior:
     replies: ReplyLengths = field(default_factory=ReplyLengths)
     parallel_tool_share: float = 0.25  # turns with several tools offered that call 2+ at once
     max_parallel_tools: int = 3  # at most this many calls in one turn
+    # OpenAI protocols show the reasoning text (vLLM / gpt-oss convention: Chat ``reasoning``,
+    # Responses ``reasoning_text``); False: hidden, summaries only (OpenAI's hosted models)
+    raw_reasoning: bool = False
 
 
 DEFAULT_BEHAVIOR = ModelBehavior()

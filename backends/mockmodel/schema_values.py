@@ -24,6 +24,7 @@ cap anyway, so it is cut at the cap (``finish_reason: length``) like a real mode
 from __future__ import annotations
 
 import math
+import operator
 import random
 import re
 from collections.abc import Callable, Mapping
@@ -376,15 +377,18 @@ def resolve_local(root: Mapping[str, Any], schema: Any) -> Any:
     return {}
 
 
+# a JSON Schema number bound and the comparison a value must pass against it
+_NUMBER_BOUNDS: tuple[tuple[str, Callable[[float, float], bool]], ...] = (
+    ("minimum", operator.ge),
+    ("maximum", operator.le),
+    ("exclusiveMinimum", operator.gt),
+    ("exclusiveMaximum", operator.lt),
+)
+
+
 def _number_ok(schema: Mapping[str, Any], value: float) -> bool:
-    checks = (
-        ("minimum", lambda b: value >= b),
-        ("maximum", lambda b: value <= b),
-        ("exclusiveMinimum", lambda b: value > b),
-        ("exclusiveMaximum", lambda b: value < b),
-    )
-    for keyword, ok in checks:
+    for keyword, ok in _NUMBER_BOUNDS:
         bound = schema.get(keyword)
-        if isinstance(bound, int | float) and not isinstance(bound, bool) and not ok(bound):
+        if isinstance(bound, int | float) and not isinstance(bound, bool) and not ok(value, bound):
             return False
     return True

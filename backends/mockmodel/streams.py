@@ -44,10 +44,19 @@ def request_digest(req: GenerationRequest) -> bytes:
 
 
 class Streams:
-    """Independent ``random.Random`` streams, one per decision, derived from one digest."""
+    """Independent ``random.Random`` streams, one per decision, derived from one digest:
+    given, or the request's (``request_digest``), made at the first stream asked for. A
+    scripted text reply asks for none, and its request is never hashed."""
 
-    def __init__(self, digest: bytes) -> None:
-        self.digest = digest
+    def __init__(self, digest: bytes | GenerationRequest) -> None:
+        self._digest = digest
+
+    @property
+    def digest(self) -> bytes:
+        d = self._digest
+        if not isinstance(d, bytes):
+            d = self._digest = request_digest(d)
+        return d
 
     def __call__(self, purpose: str) -> random.Random:
         return random.Random(self.digest + b"|" + purpose.encode())

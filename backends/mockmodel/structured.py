@@ -38,8 +38,11 @@ CHARS_PER_TOKEN_MAX = 6  # the tokenizer never puts more than 6 letters in a tok
 
 
 def structured_reply(
-    req: GenerationRequest, streams: Streams, user_text: str, quality: QualityProfile
+    req: GenerationRequest, streams: Streams, user_text: str, quality: QualityProfile,
+    *, fenced: bool = False,
 ) -> Generation:
+    """The JSON reply; ``fenced``: inside a ```json block, as a prompt asking for a code block
+    gets it (``prompted_json``)."""
     fmt = req.response_format
     assert fmt is not None
     schema = fmt.schema if fmt.kind == "json_schema" and fmt.schema is not None else \
@@ -55,6 +58,8 @@ def structured_reply(
         rng = streams("structured_botch")
         if rng.random() < rate:
             text = botch_json(value, schema, rng)
+    if fenced:
+        text = f"```json\n{text}\n```"
     gen = finish_text(text, cap, req.stop)
     if overflowed and gen.finish_reason != "length":  # the whole value never fit
         gen = Generation(gen.pieces, gen.text, (), "length")

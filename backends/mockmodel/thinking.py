@@ -1,7 +1,9 @@
 """What a reasoning model thinks before it answers: the reasoning text and its summary.
 
 The reasoning length comes from the model's ``ReasoningProfile`` (``backends.reasoning``) at
-the request's effort, or from an Anthropic thinking budget. Its text reads like a model working
+the request's effort, or from an Anthropic thinking budget, scaled by the task the prompt sets
+(``task_scale``: the kind of reply asked for, as ``lengths.classify`` reads it, times the
+profile's "hard" multiple for a prompt asking to prove, debug or solve, or carrying code). Its text reads like a model working
 the request out (restating it, planning, checking, changing its mind), so Anthropic's
 ``thinking`` blocks look like thinking; a Responses summary is a few shorter parts, each with a
 bold heading, as OpenAI's summaries are. Both are drawn from their own random streams, so the
@@ -12,10 +14,14 @@ model thinks first.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Iterator
 
 from ..reasoning import ReasoningProfile
 from ..tokenizer import count_tokens, tokenize
+from .behavior import DEFAULT_REPLY_MEDIANS
+from .lengths import classify
+from .prose import last_user_text
 from .request import GenerationRequest, Reasoning
 from .schema_strings import key_phrase
 from .streams import Streams
@@ -24,6 +30,9 @@ from .wordbank import ADJECTIVES, ADVERBIALS, OBJECTS, REASONS, SUBJECTS, TOPICS
 # summary length as a share of the reasoning, and its bounds (tokens), per summary mode
 _SUMMARY = {"auto": (8, 16, 160), "concise": (16, 10, 60), "detailed": (4, 24, 400)}
 _SUMMARY_PART_TOKENS = 60
+_HARD = re.compile(
+    r"\b(prove|proof|derive|debug|solve|algorithm|optimi[sz]e|refactor|calculate|compute|"
+    r"puzzle|riddle|why does|what is wrong|fix (this|the|my))\b|```", re.IGNORECASE)
 
 
 def think(
@@ -34,7 +43,8 @@ def think(
     effort = "budget" if budget is not None else profile.effort(req.effort)
     if effort == "none" or not profile.enabled:
         return None
-    n = profile.draw(effort if budget is None else "medium", streams("reasoning"), budget)
+    n = profile.draw(effort if budget is None else "medium", streams("reasoning"), budget,
+                     task_scale(req, profile))
     if cap is not None:
         n = min(n, cap)
     if n <= 0:
@@ -47,6 +57,23 @@ def think(
         share, lo, hi = _SUMMARY.get(req.summary, _SUMMARY["auto"])
         summary = _summarise(streams("summary"), max(lo, min(hi, n // share)), topic)
     return Reasoning(n, text, effort, summary)
+
+
+def task_scale(req: GenerationRequest, profile: ReasoningProfile) -> float:
+    """How long the task the prompt sets is thought about, as a multiple of the effort's
+    median: by the kind of reply it asks for (an explicit length, e.g. "in 300 words", between
+    the short and the long kinds' multiples, in proportion to a normal reply), times the
+    "hard" multiple for a hard task."""
+    text = last_user_text(req.messages)
+    kind, explicit = classify(text)
+    if explicit is not None:
+        share = explicit / DEFAULT_REPLY_MEDIANS["normal"]
+        scale = min(profile.scale("long"), max(profile.scale("short"), share))
+    else:
+        scale = profile.scale(kind)
+    if kind != "greeting" and _HARD.search(text):
+        scale *= profile.scale("hard")
+    return scale
 
 
 def _last_user(req: GenerationRequest) -> str:

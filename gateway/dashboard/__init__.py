@@ -2,7 +2,7 @@
 
 - ``GET /dashboard``: the page (plain HTML, CSS and JavaScript shipped in the package: no build
   step, nothing fetched from the network);
-- ``GET /dashboard/static/NAME``: its assets;
+- ``GET /dashboard/static/NAME``: its assets (``GET /favicon.ico`` is its icon, an SVG);
 - ``GET /dashboard/feed``: server-sent events, one ``state`` event per sample, one feed per page
   (``feed.Dashboard``: the sampler runs only while a page is connected);
 - ``GET /dashboard/state``: one snapshot as JSON (for scripts and ``fastmode bench``).
@@ -23,6 +23,7 @@ from .feed import Dashboard
 ASSETS = {
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
 }
 
 
@@ -46,6 +47,11 @@ def add_routes(app: FastAPI, gateway: Any) -> Dashboard:
             raise APIError(404, f"Unknown dashboard asset {name!r}", code="not_found")
         return Response(assets[name], media_type=ASSETS[name],
                         headers={"cache-control": "no-cache"})
+
+    @app.get("/favicon.ico")
+    async def favicon() -> Response:
+        return Response(assets["favicon.svg"], media_type=ASSETS["favicon.svg"],
+                        headers={"cache-control": "max-age=86400"})
 
     @app.get("/dashboard/state")
     async def dashboard_state() -> Response:

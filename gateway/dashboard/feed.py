@@ -8,8 +8,10 @@ of series) and the fleet's books. A page that does not keep up loses intermediat
 queue holds the latest one only), never slows the server.
 
 A snapshot: per pool, each replica's seats (ours, the other tenants', free) and its queue at the
-stop (ours and theirs); per tier, output tokens/s, tokens/s per user and TTFT p50 over the last
-``WINDOW_S`` seconds, requests and dollars billed (and dollars per hour at the current rate);
+stop (ours and theirs), and the host lag its replicas slipped by over the last ``WINDOW_S``
+seconds (``gateway.host_lag``: time the machine, not the model, added to the streams); per tier,
+output tokens/s, tokens/s per user and TTFT p50 over the window, its pool's host lag, requests
+and dollars billed (and dollars per hour at the current rate);
 the fleet: replicas per pool, moves under way, nodes paid, node-hours, the provider's cost and
 revenue (ours and the other tenants').
 """
@@ -172,6 +174,8 @@ class Dashboard:
                     "tenants_waiting": r.tenants.queued if r.tenants is not None else 0,
                     "step_ms": gw.step_seconds(s) * 1e3,
                     "retired": r.retired,
+                    "slips": r.slips,  # host lag, since the start (the window: the pool's)
+                    "slipped_s": r.slipped,
                 })
             out[name] = {
                 "tiers": tiers,
@@ -192,6 +196,7 @@ class Dashboard:
             "requests": _by_tier(_series(m.requests), "fastmode_requests_total"),
             "ttft": _buckets(_series(m.ttft), "fastmode_ttft_seconds"),
             "itl": _buckets(_series(m.itl), "fastmode_itl_seconds"),
+            "lag": self._lag(),
         }
         hist = self._history  # (time, cur) samples over the window
         hist.append((now, cur))
@@ -199,6 +204,12 @@ class Dashboard:
             hist.popleft()
         then, old = hist[0]
         span = now - then
+        for dep, pool in pools.items():  # host lag over the window, and since the start
+            slips, lag = cur["lag"].get(dep, (0, 0.0))
+            slips0, lag0 = old["lag"].get(dep, (0, 0.0))
+            pool["host_lag_slips"] = slips - slips0
+            pool["host_lag_s"] = lag - lag0
+            pool["host_lag_total_s"] = lag
         out = {}
         for name, tier in self.gateway.spec.tiers.items():
             d_tok = cur["tokens"].get(name, 0.0) - old["tokens"].get(name, 0.0)
@@ -222,9 +233,21 @@ class Dashboard:
                 "output_tokens_per_s": d_tok / span if span > 0 else None,
                 "tokens_per_s_per_user_p50": 1.0 / itl if itl else None,
                 "ttft_p50_s": ttft,
+                "host_lag_s": pools[tier.deployment.name]["host_lag_s"],
                 "cost_usd": cur["cost"].get(name, 0.0),
                 "cost_usd_per_hour": d_cost / span * 3600 if span > 0 else None,
             }
+        return out
+
+    def _lag(self) -> dict[str, tuple[int, float]]:
+        """Per deployment: slips and seconds slipped since the start, every replica it ever
+        had (one the fleet moved away keeps its count)."""
+        engine = self.gateway.fleet
+        out: dict[str, tuple[int, float]] = {}
+        if engine is not None:
+            for r in engine.driver.all_replicas.values():
+                slips, lag = out.get(r.deployment, (0, 0.0))
+                out[r.deployment] = (slips + r.slips, lag + r.slipped)
         return out
 
     def _fleet(self, engine: Any, now: float, tiers: dict[str, Any]) -> dict[str, Any] | None:

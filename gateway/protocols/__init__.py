@@ -8,6 +8,7 @@ from .events import Frames
 from .openai_chat import ChatProtocol
 from .openai_completions import CompletionsProtocol
 from .openai_responses import ResponsesProtocol
+from .openai_responses.compact import CompactProtocol
 
 __all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_path"]
 
@@ -15,11 +16,13 @@ CHAT = ChatProtocol()
 RESPONSES = ResponsesProtocol()
 MESSAGES = MessagesProtocol()
 COMPLETIONS = CompletionsProtocol()
+COMPACT = CompactProtocol()
 
 # path under the API prefix -> the protocol that serves it
 ENDPOINTS: dict[str, Protocol] = {
     "/chat/completions": CHAT,
     "/responses": RESPONSES,
+    "/responses/compact": COMPACT,  # a compaction pass (gateway.protocols.openai_responses)
     "/messages": MESSAGES,
     "/completions": COMPLETIONS,
 }

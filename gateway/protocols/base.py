@@ -79,8 +79,10 @@ class Encoder(ABC):
     opening_at_first_token: ClassVar[bool] = False
     job: Job
     interval: int = 1  # tokens per event: the tier's ``stream_interval`` (set by the turn)
-    _marks: list[tuple[int, int]] | None = None  # recording where each token's events begin
-    _buffer: EventBuffer | None = None
+    # the event buffer's (``events.EventBuffer``): while it encodes a run, where each token's
+    # events begin; and the buffer itself, made on first use (``events.buffered``)
+    marks: list[tuple[int, int]] | None = None
+    buffer: EventBuffer | None = None
     _runs: Runs | None = None
     # the stream goes out as SSE: ``tokens`` may write an event as its SSE bytes (kind
     # ``WIRE``); set by the event buffer, never for the websocket
@@ -94,12 +96,12 @@ class Encoder(ABC):
         runs = self._runs
         if runs is None and self.interval > 1 and isinstance(self.job.gen, Generation):
             runs = self._runs = runs_of(self.job.gen.pieces)  # once per reply
-        return grouped(self.job.gen.pieces, start, stop, self.interval, self._marks, out, runs)
+        return grouped(self.job.gen.pieces, start, stop, self.interval, self.marks, out, runs)
 
     def ran_ahead(self) -> int | None:
         """If this encoder made events beyond those it handed to the transport: how many
         tokens' events it handed out (its state must be rewound there); else None."""
-        buf = self._buffer
+        buf = self.buffer
         return buf.served if buf is not None and buf.encoded > buf.served else None
 
     def opening(self) -> Frames:
@@ -139,7 +141,7 @@ class Encoder(ABC):
     def sse_tokens(self, start: int, count: int) -> bytes:
         """The hot path over SSE: the events of tokens ``start .. start+count`` as one write,
         a slice of what ``EventBuffer`` encoded ahead. Tokens are asked for in order."""
-        buf = self._buffer
+        buf = self.buffer
         if buf is None or buf.mode != "sse":
             buf = wired(self, "sse")
             if buf is None:
@@ -158,7 +160,7 @@ class Encoder(ABC):
         """The same for the websocket's push mode: each event as its frame's text. (The common
         case is inlined here as in ``sse_tokens`` rather than shared through ``span``: a call
         per event measured 1.26x the bare app against 1.22x inline on the websocket.)"""
-        buf = self._buffer
+        buf = self.buffer
         if buf is None or buf.mode != "text":
             buf = wired(self, "text")
             if buf is None:

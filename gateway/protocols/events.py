@@ -38,8 +38,8 @@ class Encoder(Protocol):
     job: Any
     interval: int
     sse_wire: bool
-    _marks: list[tuple[int, int]] | None
-    _buffer: EventBuffer | None
+    marks: list[tuple[int, int]] | None
+    buffer: EventBuffer | None
 
     def tokens(self, start: int, count: int) -> Frames: ...
     def framed(self, frames: Frames) -> list[bytes]: ...
@@ -199,11 +199,11 @@ class EventBuffer:
         for a token >= t (token a: at the run's start, with anything made before the loop)."""
         enc = self.enc
         marks: list[tuple[int, int]] = []
-        enc._marks = marks
+        enc.marks = marks
         try:
             new = enc.tokens(a, b - a)
         finally:
-            enc._marks = None
+            enc.marks = None
         if len(marks) == b - a:  # a mark per token (interval 1): each token's own
             pos = [p for _, p in marks]
             pos[0] = 0
@@ -226,11 +226,11 @@ class EventBuffer:
             pos.append(len(new))
             if self.per_token is None:
                 marks: list[tuple[int, int]] = []
-                enc._marks = marks
+                enc.marks = marks
                 try:
                     got = enc.tokens(t, 1)
                 finally:
-                    enc._marks = None
+                    enc.marks = None
                 if got:
                     self.per_token = _RECORDS.setdefault(type(enc), bool(marks)) is False
             else:
@@ -266,12 +266,12 @@ def texts(frames: Frames) -> list[str]:
 def buffered(enc: Encoder) -> EventBuffer | None:
     """The encoder's buffer, made on first use; None for a reply still arriving (a remote
     tier's): its events are made as its tokens come."""
-    buf = enc._buffer
+    buf = enc.buffer
     if buf is None:
         gen = enc.job.gen
         if not isinstance(gen, Generation):
             return None
-        buf = enc._buffer = EventBuffer(enc, gen.output_tokens)
+        buf = enc.buffer = EventBuffer(enc, gen.output_tokens)
     return buf
 
 

@@ -70,3 +70,14 @@ def reasoning_content(item_id: str, tokens: int, effort: str) -> str:
 
 def reasoning_is_ours(item: dict[str, Any]) -> bool:
     return unseal("reasoning", item.get("encrypted_content")) is not None
+
+
+def compaction_content(item_id: str, text: str, owner: str | None, calls: list[str]) -> str:
+    """A compaction item's ``encrypted_content``: the summary that stands for the compacted
+    items, the key id of the key that made it (another key's request cannot use it, as an
+    OpenAI organization cannot use another's) and the tool calls it still answers for."""
+    return seal("compaction", {"id": item_id, "t": text, "o": owner, "c": calls})
+
+
+def compaction_payload(item: dict[str, Any]) -> dict[str, Any] | None:
+    return unseal("compaction", item.get("encrypted_content"))

@@ -147,6 +147,11 @@ class UpstreamStream(CountStream):
         """What arrived is what was produced (the upstream bills the rest itself)."""
         return self.delivered + self._ready
 
+    def host_lag(self) -> tuple[float, float]:
+        """The times here are observed, not modeled: nothing to tell apart (an upstream
+        fastmode engine reports its own ``host_lag_time``)."""
+        return 0.0, 0.0
+
     async def _drain(self) -> None:
         """After [DONE]: read the end of the HTTP message so the connection can be reused."""
         assert self.chunks is not None
@@ -219,5 +224,5 @@ class RemoteJob(Job):
         out["queue_time"] = out.get("queue_time", 0.0) + self.network_s
         out["total_time"] = out.get("total_time", 0.0) + self.network_s
         out["network_time"] = self.network_s
-        out["created"] = float(self.created)
+        out.pop("created", None)  # an older engine's: the response carries its own
         return out

@@ -19,14 +19,18 @@ from typing import Any
 
 import orjson
 
-from backends.mockmodel import Piece, Reasoning, ToolCall
+from backends.images import openai_part_image
+from backends.mockmodel import REASONING, Piece, Reasoning, ToolCall
+from backends.tokenizer import tokenize
 
 from ..errors import APIError
+from ..protocols.openai_responses.items import COMPACTED_CALLS
 from ..request import TurnRequest
 
 DONE = b"[DONE]"
 # Responses content parts and Anthropic blocks that carry text, in Chat's part vocabulary
 _TEXT_PARTS = {"input_text", "output_text", "text"}
+GATEWAY_ONLY = {COMPACTED_CALLS}  # message keys the gateway keeps for itself
 
 
 def _chat_content(content: Any) -> Any:
@@ -39,15 +43,33 @@ def _chat_content(content: Any) -> Any:
             out.append({"type": "text", "text": str(part.get("text") or "")})
         elif isinstance(part, dict) and part.get("type") == "refusal":
             out.append({"type": "text", "text": str(part.get("refusal") or "")})
+        elif isinstance(part, dict) and part.get("type") in ("input_image", "image"):
+            out.append(_image_url(part))
         else:
             out.append(part)
     return out
 
 
+def _image_url(part: dict[str, Any]) -> dict[str, Any]:
+    """A Responses ``input_image`` or an Anthropic ``image`` block as Chat's ``image_url`` (the
+    upstream bills it by the same rule: ``backends.images``)."""
+    url, detail = openai_part_image(part)
+    source = part.get("source")
+    if part.get("type") == "image" and isinstance(source, dict):
+        url = (source.get("url") or "") if source.get("type") == "url" else (
+            f"data:{source.get('media_type', 'image/png')};base64,{source.get('data', '')}")
+    # a file id names nothing the upstream has: an address that never resolves (.invalid)
+    ref: dict[str, Any] = {"url": url or f"https://files.invalid/{part.get('file_id', '')}"}
+    if detail is not None:
+        ref["detail"] = detail
+    return {"type": "image_url", "image_url": ref}
+
+
 def chat_messages(messages: Any) -> list[dict[str, Any]]:
     out = []
     for m in messages:
-        msg = {k: v for k, v in m.items() if v is not None or k == "content"}
+        msg = {k: v for k, v in m.items()
+               if (v is not None or k == "content") and k not in GATEWAY_ONLY}
         if "content" in msg:
             msg["content"] = _chat_content(msg["content"])
         out.append(msg)
@@ -104,16 +126,21 @@ class LiveReply:
     The protocol encoders read a job's reply through ``pieces``, ``text``, ``tool_calls``,
     ``finish_reason``, ``stop_sequence`` and ``output_tokens``; an in-process reply is whole at
     admission, this one grows as the upstream streams (each piece is appended before the
-    encoder is asked for it). A tool call's ``arguments`` are complete once the reply is."""
+    encoder is asked for it). A tool call's ``arguments`` are complete once the reply is.
+
+    An upstream that shows its reasoning (vLLM's ``reasoning`` / ``reasoning_content``) sends
+    it first: its deltas become the reply's reasoning pieces, one per delta, which the encoders
+    show or hide as the tier's model is configured (``raw_reasoning``). Reasoning after the
+    content has begun is not shown (an encoder's reasoning comes first); it stays billed."""
 
     __slots__ = ("pieces", "tool_calls", "finish_reason", "stop_sequence", "reported_output",
-                 "_text", "_args", "_index")
-    # an upstream's Chat stream carries no reasoning text: the reply has no reasoning pieces
-    reasoning: Reasoning | None = None
-    reasoning_tokens = 0
+                 "reasoning_tokens", "_text", "_thought", "_args", "_index")
+    live = True  # grows as the upstream streams (the encoders lay out reasoning as it comes)
 
     def __init__(self) -> None:
         self.pieces: list[Piece] = []
+        self.reasoning_tokens = 0  # the reasoning pieces, first in ``pieces``
+        self._thought: list[str] = []
         self.tool_calls: list[ToolCall] = []
         self.finish_reason = "stop"
         self.stop_sequence: str | None = None
@@ -130,6 +157,21 @@ class LiveReply:
     def output_tokens(self) -> int:
         """What is billed: the upstream's count when it gave one, else the pieces received."""
         return self.reported_output if self.reported_output is not None else len(self.pieces)
+
+    @property
+    def reasoning(self) -> Reasoning | None:
+        if not self.reasoning_tokens:
+            return None
+        return Reasoning(self.reasoning_tokens, "".join(self._thought), "upstream")
+
+    def add_reasoning(self, text: str) -> bool:
+        """Reasoning text from the upstream; True if it added a piece (only before content)."""
+        if len(self.pieces) > self.reasoning_tokens:
+            return False
+        self._thought.append(text)
+        self.pieces.append(Piece(text, REASONING))
+        self.reasoning_tokens += 1
+        return True
 
     def add_text(self, text: str) -> None:
         self._text.append(text)
@@ -244,6 +286,9 @@ class ChunkReader:
             return 0
         added = 0
         delta = choice.get("delta") or {}
+        thought = delta.get("reasoning") or delta.get("reasoning_content")
+        if isinstance(thought, str) and thought and self.reply.add_reasoning(thought):
+            added += 1
         content = delta.get("content")
         if content:
             self.reply.add_text(content)
@@ -270,6 +315,10 @@ def reply_from_completion(raw: bytes) -> tuple[LiveReply, dict[str, Any], dict[s
                              "with usage.", "bad_upstream_response") from None
     reply = LiveReply()
     msg = choice.get("message") or {}
+    thought = msg.get("reasoning") or msg.get("reasoning_content")
+    if isinstance(thought, str):
+        for token in tokenize(thought):  # one piece per token, as a stream would bring them
+            reply.add_reasoning(token)
     if msg.get("content"):
         reply.add_text(str(msg["content"]))
     for i, call in enumerate(msg.get("tool_calls") or ()):

@@ -46,7 +46,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -89,6 +89,13 @@ class UsageRow:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> UsageRow:
+        """A row as stored: a field the row was written without (a ledger older than the
+        field) takes its default, so old and new rows sum together."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
 
 TOTAL_FIELDS = ("requests", "input_tokens", "cached_input_tokens", "output_tokens",
                 "reasoning_tokens", "cost_usd")
@@ -110,6 +117,7 @@ class UsageTotal:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out["cost_usd"] = round(self.cost_usd, 9)  # a sum of nano-dollar amounts, without noise
         if self.day is None:
             del out["day"]
         return out
@@ -271,6 +279,14 @@ class StateBackend(ABC):
     @abstractmethod
     async def delete_response(self, rid: str) -> bool:
         """Forget a response; False if it was unknown."""
+
+    async def reload_response(self, rid: str) -> StoredResponse | None:
+        """``get_response`` past this process's memory: for a response another process is
+        still updating (a background response's status, ``gateway.background``)."""
+        cache = getattr(self, "_cache", None)
+        if isinstance(cache, ResponseCache):
+            cache.pop(rid, None)
+        return await self.get_response(rid)
 
     # -- settings (fault rules, admin switches) ---------------------------------------------
 

@@ -36,7 +36,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import fields
 from typing import Any
 
 import orjson
@@ -59,7 +58,6 @@ from .redis_link import RedisLink
 
 log = logging.getLogger("fastmode.state.redis")
 
-_ROW_FIELDS = [f.name for f in fields(UsageRow)]
 _SEP = "\x1f"
 
 # KEYS: the buckets; ARGV: amount, rate per s, burst for each. All or nothing: every bucket is
@@ -97,6 +95,7 @@ def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
 
+CLOSE_WAIT_S = 5.0  # close(): how long the round under way may take to end
 # the waits (seconds) before asking Redis again for a response not there yet (get_response)
 RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
 
@@ -117,12 +116,18 @@ class RedisState(StateBackend):
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._responses: list[StoredResponse] = []
         self._wake = asyncio.Event()
+        self._closing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._flush_lock = asyncio.Lock()
         self.rows_written = 0
 
     def _k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
+
+    def key(self, *parts: str) -> str:
+        """A key in this gateway's namespace (``[state] redis_prefix``), for stores built on
+        this backend (``gateway.state.objects``)."""
+        return self._k(*parts)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -135,10 +140,17 @@ class RedisState(StateBackend):
                        asyncio.create_task(self._response_writer(), name="fastmode-responses")]
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # the background tasks end after the round under way, never cancelled inside a Redis
+        # command: redis-py then waits on that connection until the server drops it, and
+        # close() with it (cancelling stays the last resort, for a Redis that stopped answering)
+        self._closing.set()
+        self._wake.set()
+        if self._tasks:
+            _, late = await asyncio.wait(self._tasks, timeout=CLOSE_WAIT_S)
+            for task in late:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         self._tasks = []
         if self.link.opened:
             try:
@@ -149,8 +161,11 @@ class RedisState(StateBackend):
         await self.link.aclose()
 
     async def _background(self) -> None:
-        while True:
-            await asyncio.sleep(self.flush_interval_s)
+        while not self._closing.is_set():
+            with contextlib.suppress(TimeoutError):  # a flush round every flush_interval_s
+                await asyncio.wait_for(self._closing.wait(), self.flush_interval_s)
+            if self._closing.is_set():
+                return  # close() writes what is left
             if not self.health.up and not await self.link.probe():
                 continue  # still away: rows and responses stay buffered
             with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
@@ -222,8 +237,7 @@ class RedisState(StateBackend):
         bg = self.link.slow
         raw = await self.link.call("usage", lambda: bg.zrangebyscore(
             self._k("usage"), since or 0.0, "+inf", start=0, num=limit))
-        return [UsageRow(**{f: d.get(f) for f in _ROW_FIELDS})
-                for d in (orjson.loads(_str(x)) for x in raw)]
+        return [UsageRow.from_dict(orjson.loads(_str(x))) for x in raw]
 
     # -- buckets ----------------------------------------------------------------------------
 
@@ -259,9 +273,11 @@ class RedisState(StateBackend):
         """Writes stored responses as they come, every pending one in one pipeline: one
         connection and about one round trip of delay, however many turns end at once. What
         fails waits for the background task's next flush (after Redis is back)."""
-        while True:
+        while not self._closing.is_set():
             await self._wake.wait()
             self._wake.clear()
+            if self._closing.is_set():
+                return  # close() writes what is left
             with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
                 await self._write_responses()
 

@@ -17,11 +17,11 @@ import contextlib
 import logging
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -37,6 +37,7 @@ from .base import (
 )
 from .health import StateHealth
 
+T = TypeVar("T")
 log = logging.getLogger("fastmode.state")
 
 _ROW_FIELDS = [f.name for f in fields(UsageRow)]
@@ -60,6 +61,27 @@ _SUMS = ("COUNT(*), SUM(input_tokens), SUM(cached_input_tokens), SUM(output_toke
          "SUM(reasoning_tokens), SUM(cost_usd)")
 
 
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a ledger written by an older fastmode up to ``UsageRow``: each field added since
+    becomes a column holding the field's default in the old rows (so ``SUM`` counts them as
+    0, not NULL); ``CREATE TABLE IF NOT EXISTS`` alone would leave the old table as it was."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(usage)")}
+    for f in fields(UsageRow):
+        if f.name in have:
+            continue
+        default = f.default if f.default is not MISSING else None
+        db.execute(f"ALTER TABLE usage ADD COLUMN {f.name} DEFAULT {_sql_literal(default)}")
+        log.info("state: the ledger gained the column %s", f.name)
+
+
+def _sql_literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    return repr(value)
+
+
 class SQLiteState(StateBackend):
     def __init__(self, path: str | Path, *, flush_interval_s: float = 0.25,
                  response_cache: int = 1024, responses_kept: int = 100_000) -> None:
@@ -80,6 +102,18 @@ class SQLiteState(StateBackend):
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    async def on_db(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on the backend's one worker thread (every statement runs there),
+        for stores built on this backend (``gateway.state.objects``)."""
+
+        def call() -> T:
+            if self._db is None:
+                raise RuntimeError("the state backend is not started")
+            return fn(self._db)
+
+        result: T = await self._run(call)
+        return result
+
     async def _run(self, fn: Any, *args: Any) -> Any:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="fastmode-state")
@@ -92,6 +126,7 @@ class SQLiteState(StateBackend):
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
         db.executescript(_SCHEMA)
+        _add_missing_columns(db)
         self._db = db
         for ns, scope, name, value in db.execute(
                 "SELECT namespace, scope, name, value FROM settings"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
 from ..response_store import ConnectionStore, ResponseStore
 from ..shutdown import Shutdown
+from ..state import FAILED
 from ..turn import Turn, internal_error
 from ..turn_http import RAW_SEND
 from .life import ConnectionLife, limit_error
@@ -50,7 +52,9 @@ class Lane:
     """A FIFO of turns on one ``stream_id`` (None: the default lane)."""
 
     sid: str | None
-    queue: asyncio.Queue[tuple[ResponsesRequest, int]] = field(default_factory=asyncio.Queue)
+    # (request, frame size, loop time the frame arrived)
+    queue: asyncio.Queue[tuple[ResponsesRequest, int, float]] = field(
+        default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     active: bool = False  # a turn is between dequeue and its terminal event
     cancel_requested: bool = False  # response.cancel arrived before the job was admitted
@@ -90,6 +94,7 @@ class Session(ConnectionLife):
         self.shutdown = shutdown
         self.key = ""  # the API key (auth on), for the per-key connection cap
         self.last_frame = 0.0  # loop time of the last frame received (idle timeout)
+        self.arrived = 0.0  # its monotonic time (a traced turn's arrival)
         self.stopping: APIError | None = None  # why new turns are refused (shutdown)
         self.gateway = gateway
         self.store = store
@@ -158,6 +163,7 @@ class Session(ConnectionLife):
             if message["type"] == "websocket.disconnect":
                 return
             self.last_frame = clock()
+            self.arrived = time.monotonic()  # the frame's arrival, finer (gateway.tracing)
             text = message.get("text")
             if text is None:
                 raw = message.get("bytes") or b""
@@ -244,7 +250,7 @@ class Session(ConnectionLife):
             self.lanes[sid] = lane
             lane.task = asyncio.create_task(self._worker(lane))
         self.pending += 1
-        lane.queue.put_nowait((req, size))
+        lane.queue.put_nowait((req, size, self.arrived))
 
     async def _cancel(self, body: dict[str, Any], sid: str | None) -> None:
         rid = body.get("response_id")
@@ -269,9 +275,9 @@ class Session(ConnectionLife):
     async def _worker(self, lane: Lane) -> None:
         try:
             while not lane.queue.empty():
-                req, size = lane.queue.get_nowait()
+                req, size, arrived = lane.queue.get_nowait()
                 try:
-                    await self._turn(lane, req, size)
+                    await self._turn(lane, req, size, arrived)
                 except _SocketGone:
                     return  # the reader sees the disconnect and cleans up
                 except Exception as exc:  # a bug: say so on the socket and in the log
@@ -284,20 +290,21 @@ class Session(ConnectionLife):
             if self.lanes.get(lane.sid) is lane:
                 del self.lanes[lane.sid]
 
-    async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0) -> None:
+    async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0,
+                    arrived: float | None = None) -> None:
         sid = lane.sid
         lane.active, lane.cancel_requested = True, False
         try:
             if self.closing:
                 await self._error(limit_error(self.max_age), sid)
                 return
-            await self._run(lane, req, sid, size)
+            await self._run(lane, req, sid, size, arrived)
         finally:
             lane.active = False
             lane.job = lane.stream = lane.rid = None
 
     async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None,
-                   size: int = 0) -> None:
+                   size: int = 0, arrived: float | None = None) -> None:
         ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
             if self.stopping is not None:
@@ -305,18 +312,16 @@ class Session(ConnectionLife):
             if req.previous_response_id:
                 await self.cache.load(req.previous_response_id)
             turn = await off_loop(size, counted, self.gateway, RESPONSES.name, Turn,
-                                  self.gateway, RESPONSES, req, ctx, transport="websocket")
-        except APIError as exc:
-            await self._error(exc, sid)
-            return
-        delay = self.network.ws_turn_s() if self.network.enabled else 0.0
-        if delay:
-            await asyncio.sleep(delay)
-        network_time.set(delay)  # this task's context: read by Gateway.admit
-        try:
+                                  self.gateway, RESPONSES, req, ctx, transport="websocket",
+                                  arrived=arrived)
+            delay = self.network.ws_turn_s() if self.network.enabled else 0.0
+            if delay:
+                await asyncio.sleep(delay)
+            network_time.set(delay)  # this task's context: read by Gateway.admit
             # faults, then admission on the tier's engine or (remote tier) its upstreams
             job = await turn.start(stream=True)
         except APIError as exc:
+            self._evict(req)
             await self._error(exc, sid)
             return
         assert turn.encoder is not None
@@ -335,6 +340,8 @@ class Session(ConnectionLife):
                 await self._drop()
                 return
             if not stream.cancelled():
+                if job.ended == FAILED:  # closed with response.failed
+                    self._evict(req)
                 return  # the turn ran to its closing (or error) events
             turn.settle(499)  # cancelled: billed for the tokens sent
             if not turn.opened:  # cancelled before response.created went out
@@ -344,13 +351,20 @@ class Session(ConnectionLife):
             stream.cancel()
             turn.settle(499)  # once only: a no-op unless the socket went away
 
+    def _evict(self, req: ResponsesRequest) -> None:
+        """A failed continuation drops what it continued from this connection's memory (as
+        OpenAI's: continuing it again is ``previous_response_not_found`` unless stored)."""
+        if req.previous_response_id:
+            self.cache.forget(req.previous_response_id)
+
     async def _pump(self, turn: Turn, sid: str | None) -> None:
         turn.writer = asyncio.current_task()
         clock = asyncio.get_running_loop().time
         enc = turn.encoder
         assert enc is not None
         texts = enc.text_tokens
-        send = self.ws.scope.get(RAW_SEND) or self.ws.send
+        raw = self.ws.scope.get(RAW_SEND)  # absent under a middleware that may rewrite
+        send = raw or self.ws.send
 
         def push(start: int, count: int) -> Coroutine[Any, Any, None]:
             """Push mode (``gateway.push``): the send of these tokens' events, which the
@@ -360,7 +374,7 @@ class Session(ConnectionLife):
                 return send({"type": "websocket.send", "text": events[0]})
             return self._send_texts(events, sid)
 
-        events = turn.frames(push)
+        events = turn.frames(push if raw is not None else None)
         try:
             async for frames in events:
                 turn.writing_since = clock()  # the watchdog cuts a write pending too long

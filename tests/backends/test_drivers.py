@@ -11,11 +11,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.drivers import Arrival, RealtimeDeployment, VirtualDriver
-from backends.engine import EngineSpec, build
+from backends.drivers import Arrival, PoolHandle, RealtimeFleet, RealtimeReplica, VirtualDriver
+from backends.engine import DeploymentSpec, EngineSpec, build
+from backends.profiles import Catalog
 from backends.scheduler import Sequence
 from backends.simulate import LengthDist, Workload, simulate
 from gateway.config import load_config
+
+
+class Pool:
+    """One deployment on the real-time clock through the handle the gateway itself uses
+    (``RealtimeFleet`` -> ``PoolHandle``), as a bare engine: no fleet, no tenants."""
+
+    def __init__(self, dep: DeploymentSpec, on_step: Callable[..., None] | None = None) -> None:
+        self.fleet = RealtimeFleet(EngineSpec(Catalog.builtin(), {dep.name: dep}, {}), on_step)
+        self.handle: PoolHandle = self.fleet.deployments[dep.name]
+        self.submit = self.handle.submit
+        self.start = self.fleet.start
+        self.stop = self.fleet.stop
+
+    @property
+    def replicas(self) -> list[RealtimeReplica]:
+        return self.handle.replicas
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +200,15 @@ async def test_realtime_driver_matches_virtual_driver(spec: EngineSpec):
 
     # real time: submit all three at once, collect the modeled timestamps
     starts: list[float] = []
-    rt = RealtimeDeployment(dep, on_step=lambda _r, res: starts.append(res.start))
+    rt = Pool(dep, on_step=lambda _r, res: starts.append(res.start))
+    # a step the host served late slips the timeline by its lateness (a loaded test machine):
+    # the real-time timeline is the virtual one shifted by the slips before each step
+    slips: dict[int, float] = {}
+    rt.fleet.driver.on_lag = lambda r, s: slips.__setitem__(r.scheduler.step_index, s)
+
+    def shift(step: int) -> float:
+        return sum(s for i, s in slips.items() if i <= step)
+
     streams = [rt.submit(p, o) for p, o in zip(prompts, outputs, strict=True)]
     first_arrival = streams[0].seq.arrival
     rt.start()
@@ -209,12 +234,16 @@ async def test_realtime_driver_matches_virtual_driver(spec: EngineSpec):
         assert items[-1][0] == outputs[i]
         assert [t for _, t in items] == sorted(t for _, t in items)
         for count, t in items:  # each item's last token at its step's modeled end
-            e = expected[i][count - 1]
+            step = streams[i].seq.first_step + count - 1
+            e = expected[i][count - 1] + shift(step)
             assert t - origin == pytest.approx(e, abs=1e-6)
             assert abs((t - first_arrival) - e) <= (origin - first_arrival) + 1e-6
     for i, s in enumerate(streams):
-        assert s.seq.first_token_at - origin == pytest.approx(virtual[i].first_token_at, abs=1e-6)
-        assert s.seq.finished_at - origin == pytest.approx(virtual[i].finished_at, abs=1e-6)
+        seq = s.seq
+        assert seq.first_token_at - origin == pytest.approx(
+            virtual[i].first_token_at + shift(seq.first_step), abs=1e-6)
+        assert seq.finished_at - origin == pytest.approx(
+            virtual[i].finished_at + shift(seq.first_step + seq.output_tokens - 1), abs=1e-6)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -228,7 +257,7 @@ async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
 
 async def test_realtime_cancel_frees_the_slot(spec: EngineSpec):
     dep = dataclasses.replace(spec.deployments["spark"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     rt.start()
     try:
         stream = rt.submit(100, 10_000)
@@ -246,7 +275,7 @@ async def test_realtime_cancel_frees_the_slot(spec: EngineSpec):
 async def test_cancel_wakes_a_waiting_reader(spec: EngineSpec):
     """A reader blocked on the next token ends when the stream is cancelled, never hangs."""
     dep = dataclasses.replace(spec.deployments["standard"], replicas=1)
-    rt = RealtimeDeployment(dep)
+    rt = Pool(dep)
     rt.start()
     try:
         stream = rt.submit(100, 10_000)

@@ -96,7 +96,7 @@ def test_the_default_config_is_one_fleet_and_keeps_the_calibrated_operating_poin
     spec = build(load_config().sim())
     fleet = spec.fleet
     assert fleet is not None and fleet.policy == "proportional" and not fleet.implicit
-    assert {p.group for p in fleet.pools.values()} == {"b200", "cs3"}
+    assert {p.group for p in fleet.pools.values()} == {"b200", "cs3", "h100"}  # h100: gpt-oss
     assert sum(p.replicas * p.nodes_per_replica for p in fleet.pools.values()
                if p.group == "b200") == fleet.groups["b200"].count
     std = spec.deployments["standard"]
@@ -364,11 +364,13 @@ def test_simulate_reports_the_fleet_and_the_tenants(default_spec) -> None:
     r = simulate(default_spec, wl)
     doc = r.to_dict()
     fleet = doc["fleet"]
+    nodes = load_config().fleet.nodes["b200"].count  # type: ignore[union-attr]
     assert fleet["nodes"]["b200"]["node_hours"] == pytest.approx(
-        10 * doc["run"]["simulated_s"] / 3600, rel=1e-9)
+        nodes * doc["run"]["simulated_s"] / 3600, rel=1e-9)
     assert fleet["cost_usd"] == pytest.approx(
         sum(n["node_hours"] * p for n, p in ((fleet["nodes"]["b200"], 44.0),
-                                             (fleet["nodes"]["cs3"], 125.0))), rel=1e-9)
+                                             (fleet["nodes"]["cs3"], 125.0),
+                                             (fleet["nodes"]["h100"], 2.75))), rel=1e-9)
     std = fleet["pools"]["standard"]
     assert std["tenant_seats_per_replica"] == pytest.approx(192, rel=0.1)
     assert std["tenants"]["standard"]["completed"] > 1000

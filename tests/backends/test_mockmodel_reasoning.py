@@ -16,7 +16,13 @@ from backends.mockmodel import (
     ToolSpec,
     generate,
 )
-from backends.reasoning import DEFAULT_MEDIANS, EFFORTS, NO_REASONING, ReasoningProfile
+from backends.reasoning import (
+    DEFAULT_MEDIANS,
+    DEFAULT_TASK_SCALE,
+    EFFORTS,
+    NO_REASONING,
+    ReasoningProfile,
+)
 from backends.tokenizer import tokenize
 from commands import main
 
@@ -70,12 +76,63 @@ def test_reasoning_pieces_come_first_and_the_visible_reply_is_unchanged() -> Non
 
 
 def test_max_tokens_caps_reasoning_and_reply_together() -> None:
+    """Reasoning never takes the whole cap (issue 27: an agent with max_tokens=300 got only
+    reasoning): a reply longer than the cap keeps at least half of it..."""
     g = gen(seed=2, max_tokens=60, effort="high")
-    assert g.output_tokens == 60 and g.reasoning_tokens == 60
-    assert g.text == "" and g.finish_reason == "length"
+    assert g.output_tokens == 60 and g.reasoning_tokens == 30
+    assert g.text and g.finish_reason == "length"
     g = gen(seed=2, max_tokens=500, effort="minimal")
     assert g.output_tokens <= 500
     assert g.reasoning_tokens < g.output_tokens
+
+
+def test_a_short_reply_or_a_tool_call_stays_whole_under_a_tight_cap() -> None:
+    """...and one that fits keeps all it needs, with the reasoning in the rest of the cap."""
+    tool = ToolSpec("get_weather", "Weather for a city", {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+    for seed in range(20):
+        req = GenerationRequest([{"role": "user", "content": "Plan a trip; weather in Paris?"}],
+                                seed=seed, tools=(tool,), effort="high", max_tokens=300)
+        g = generate(req, behavior=THINKER)
+        alone = generate(GenerationRequest(req.messages, seed=seed, tools=(tool,),
+                                           max_tokens=300), behavior=THINKER)
+        assert g.finish_reason == "tool_calls" and g.tool_calls == alone.tool_calls
+        assert 0 < g.reasoning_tokens <= 300 - (alone.output_tokens)
+        assert json.loads(g.tool_calls[0].arguments)["city"]
+        answer = gen(seed=seed, max_tokens=300, effort="xhigh")
+        wanted = gen(seed=seed, max_tokens=300).output_tokens  # without reasoning
+        visible = answer.output_tokens - answer.reasoning_tokens
+        assert answer.reasoning_tokens > 0 and visible >= min(wanted, 150)
+        assert answer.text == gen(seed=seed, max_tokens=visible).text  # a prefix, as capped
+
+
+def test_reasoning_scales_with_the_task_the_prompt_sets() -> None:
+    """"hi" at high effort is a short thought; a hard problem thinks longer than a question."""
+
+    def median(text: str, effort: str = "high", **kw) -> float:
+        return statistics.median(
+            generate(GenerationRequest([{"role": "user", "content": text}], seed=s,
+                                       effort=effort, **kw), behavior=THINKER).reasoning_tokens
+            for s in range(60))
+
+    high = DEFAULT_MEDIANS["high"]
+    hi = median("hi")
+    assert hi == pytest.approx(high * DEFAULT_TASK_SCALE["greeting"], rel=0.25)  # ~150
+    assert median("Is Paris in France?") == pytest.approx(
+        high * DEFAULT_TASK_SCALE["short"], rel=0.25)
+    normal = median("Explain continuous batching to a new engineer")
+    assert normal == pytest.approx(high, rel=0.2)
+    assert median("Prove that the scheduler never starves a request") == pytest.approx(
+        high * DEFAULT_TASK_SCALE["hard"], rel=0.2)
+    assert median("Write a long essay about caches") > normal
+    # an Anthropic budget is scaled too, and still a cap
+    assert median("hi", effort=None, thinking_budget=10_000) < 400
+    # a model's config may set its own multiples
+    terse = ModelBehavior(reasoning=ReasoningProfile(enabled=True,
+                                                     task_scale={"greeting": 0.5}))
+    g = generate(GenerationRequest([{"role": "user", "content": "hi"}], seed=1, effort="high"),
+                 behavior=terse)
+    assert g.reasoning_tokens > 800
 
 
 def test_reasoning_room_lets_an_uncapped_request_think_beyond_the_default() -> None:

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backends.images import UNKNOWN_SIZE, openai_tokens
 from backends.tokenizer import (
-    IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,
     count_chat_prompt,
@@ -93,7 +93,9 @@ def test_chat_prompt_none_parts_images_and_tool_calls() -> None:
     ]
     expected = base + 5 * MESSAGE_OVERHEAD
     expected += sum(count_tokens(r) for r in ("system", "user", "assistant", "tool", "user"))
-    expected += count_tokens("Describe") + count_tokens(" this") + IMAGE_TOKENS
+    # an image whose size cannot be read (a URL, a broken data URL) counts as UNKNOWN_SIZE
+    expected += count_tokens("Describe") + count_tokens(" this") + openai_tokens(*UNKNOWN_SIZE,
+                                                                                None)
     expected += count_tokens("get_weather") + count_tokens('{"city":"Paris"}')
     expected += count_tokens("call_1") + count_tokens("sunny")
     expected += count_tokens("alex") + count_tokens("thanks")

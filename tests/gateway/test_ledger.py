@@ -164,6 +164,50 @@ async def test_usage_matches_what_the_clients_received(app) -> None:
     assert {r.protocol for r in rows} == {"chat", "responses", "messages"}
 
 
+async def test_usage_sums_the_reasoning_tokens_the_clients_were_billed(app) -> None:
+    """Reasoning tokens are counted in the ledger as the replies reported them (issue 27: the
+    ledger wrote 0 for every row), on every protocol that thinks."""
+    transport = httpx.ASGITransport(app=app)
+    sdk = openai.AsyncOpenAI(base_url="http://t/v1", api_key="x",
+                             http_client=httpx.AsyncClient(transport=transport))
+    thought = 0
+    for effort in ("low", "minimal"):
+        r = await sdk.chat.completions.create(model="frontier", messages=USER, max_tokens=3000,
+                                              reasoning_effort=effort)
+        thought += r.usage.completion_tokens_details.reasoning_tokens
+    resp = await sdk.responses.create(model="frontier", input="hi", max_output_tokens=3000,
+                                      reasoning={"effort": "low"})
+    thought += resp.usage.output_tokens_details.reasoning_tokens
+    assert thought > 0
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        data = (await c.get("/v1/usage")).json()["data"]
+    assert [(d["tier"], d["reasoning_tokens"]) for d in data] == [("standard", thought)]
+    rows = await app.state.gateway.state.usage_rows()
+    assert all(0 < r.reasoning_tokens <= r.output_tokens for r in rows)
+
+
+async def test_a_ledger_written_before_a_field_existed_gains_its_column(tmp_path) -> None:
+    """An existing SQLite ledger without the ``reasoning_tokens`` column (an older fastmode):
+    the column is added with its default, and old and new rows sum together."""
+    path = tmp_path / "old.db"
+    old_fields = [f for f in row(0).as_dict() if f != "reasoning_tokens"]
+    db = sqlite3.connect(path)
+    db.execute(f"CREATE TABLE usage (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+               f"{', '.join(old_fields)})")
+    old = row(1).as_dict()
+    db.execute(f"INSERT INTO usage ({', '.join(old_fields)}) VALUES "
+               f"({', '.join('?' * len(old_fields))})", [old[f] for f in old_fields])
+    db.commit()
+    db.close()
+    state = SQLiteState(path)
+    await state.start()
+    state.append_usage(row(2, reasoning_tokens=3))
+    (total,) = await state.usage_totals()
+    assert (total.requests, total.reasoning_tokens) == (2, 3)
+    assert [r.reasoning_tokens for r in await state.usage_rows()] == [0, 3]
+    await state.close()
+
+
 async def test_with_auth_a_key_sees_only_its_usage(tmp_path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text(default_config_text().replace("enabled = false", "enabled = true\n"

@@ -386,6 +386,6 @@ async def test_text_deltas_written_as_sse_are_the_framed_events(app_for, path, i
         enc.opening()
     sent = b"".join(wired.sse_tokens(s, min(interval, n - s)) for s in range(0, n, interval))
     assert sent == plain.sse(plain.tokens(0, n))
-    assert any(kind is WIRE for kind, _ in wired._buffer.frames)  # the framed path was taken
+    assert any(kind is WIRE for kind, _ in wired.buffer.frames)  # the framed path was taken
     job.cancel()
     turn.settle(499)

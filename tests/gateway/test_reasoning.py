@@ -78,7 +78,7 @@ async def test_reasoning_raises_visible_ttft_by_the_modeled_reasoning_time(
     bodies = {}
     for effort in ("none", "low"):
         r = await client.post(path + "/chat/completions", json={
-            "model": model, "messages": THINK, "seed": 3, "max_completion_tokens": 60,
+            "model": model, "messages": THINK, "seed": 3, "max_completion_tokens": 100,
             "reasoning_effort": effort})
         assert r.status_code == 200, r.text
         bodies[effort] = r.json()
@@ -89,10 +89,11 @@ async def test_reasoning_raises_visible_ttft_by_the_modeled_reasoning_time(
     # the same visible reply, capped by what the reasoning left of max_completion_tokens
     assert plain["choices"][0]["message"]["content"].startswith(
         thought["choices"][0]["message"]["content"])
-    assert thought["usage"]["completion_tokens"] == 60
+    assert thought["usage"]["completion_tokens"] == 100
     ti, ti0 = thought["time_info"], plain["time_info"]
     assert ti0["reasoning_time"] == 0
-    per_token = ti0["completion_time"] / (plain["usage"]["completion_tokens"] - 1)
+    per_token = ((ti0["completion_time"] - ti0["completion_host_lag_time"])
+                 / (plain["usage"]["completion_tokens"] - 1))  # the model's pace
     assert ti["reasoning_time"] == pytest.approx(40 * per_token, rel=0.35)
     assert visible_ttft(ti) - visible_ttft(ti0) == pytest.approx(ti["reasoning_time"],
                                                                  rel=0.35, abs=0.02)
@@ -180,12 +181,13 @@ async def test_every_final_usage_carries_the_cost_with_reasoning(
         "model": "frontier", "input": "Why batch?", "stream": True, "max_output_tokens": 30,
         "reasoning": {"effort": "low"}})
     last = events(r.text)[-1]
-    assert last["type"] == "response.incomplete"  # 40 reasoning tokens > the 30 allowed
+    assert last["type"] == "response.incomplete"  # 40 reasoning tokens > the 30 allowed...
     usage = last["response"]["usage"]
     assert usage["output_tokens"] == 30
-    assert usage["output_tokens_details"]["reasoning_tokens"] == 30
+    # ...but reasoning never takes the whole cap: the reply keeps half of it (issue 27)
+    assert usage["output_tokens_details"]["reasoning_tokens"] == 15
     assert usage["cost_usd"] == pytest.approx(prices.cost(usage["input_tokens"], 0, 30))
-    assert [o["type"] for o in last["response"]["output"]] == ["reasoning"]
+    assert [o["type"] for o in last["response"]["output"]] == ["reasoning", "message"]
     r = await client.post("/v1/chat/completions", json={
         "model": "frontier", "messages": THINK, "stream": True, "reasoning_effort": "minimal",
         "max_completion_tokens": 40, "stream_options": {"include_usage": True}})

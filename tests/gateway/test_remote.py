@@ -422,14 +422,18 @@ def test_engine_config_serves_one_deployment() -> None:
     full = load_config()
     fast = engine_config(full, "fast")
     assert list(fast.deployments) == ["fast"] and list(fast.tiers) == ["fast"]
-    assert set(fast.routes) == {"frontier"}
+    # every model id the full config serves from the deployment: frontier and its aliases
+    assert set(fast.routes) == {m for m, r in full.routes.items() if "fast" in r.roles().values()}
+    assert "frontier" in fast.routes and "frontier-spark" not in fast.routes
     assert fast.routes["frontier"].standard == fast.routes["frontier"].fast == "fast"
     from backends.engine import build
 
     derived = build(full.sim()).tiers["fast"].prices
     assert build(fast.sim()).tiers["fast"].prices == derived  # derived prices resolved
     spark = engine_config(full, "spark", replicas=1)
-    assert set(spark.routes) == {"frontier-spark"} and spark.deployments["spark"].replicas == 1
+    assert set(spark.routes) == {m for m, r in full.routes.items()
+                                 if "spark" in r.roles().values()}
+    assert "frontier-spark" in spark.routes and spark.deployments["spark"].replicas == 1
     assert not spark.remote.tiers and not spark.auth.enabled
     with pytest.raises(ConfigError, match="allowed"):
         engine_config(full, "nope")

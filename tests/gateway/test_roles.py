@@ -174,7 +174,9 @@ async def turbo_app(tmp_path, monkeypatch) -> AsyncIterator[tuple[Any, httpx.Asy
                                        '[routes.frontier]\nturbo = "zoom"\n')
     text = text.replace('fast_overflow = "reject"', 'fast_overflow = "downgrade"')
     text = text.replace("[auth]\nenabled = false", "[auth]\nenabled = true")
-    text = text.replace("count = 10 ", "count = 11 ")  # a node for the new pool
+    # a node for the new pool: one more in the first node group (the b200 nodes)
+    text = re.sub(r"^count = (\d+) ", lambda m: f"count = {int(m[1]) + 1} ", text, count=1,
+                  flags=re.M)
     path = tmp_path / "turbo.toml"
     path.write_text(text + TURBO)
     app = create_app(load_config(path))

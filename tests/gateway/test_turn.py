@@ -96,7 +96,7 @@ async def test_anthropic_paths_answer_in_anthropic_format(app_client, method, pa
 
 async def test_openai_paths_answer_in_openai_format(app_client) -> None:
     _, client = await app_client()
-    r = await client.get("/v1/chat/completions")
+    r = await client.put("/v1/chat/completions")  # GET lists stored completions; PUT is none
     assert r.status_code == 405
     assert r.json()["error"]["code"] == "method_not_allowed"
 

@@ -47,7 +47,12 @@ function renderFleet(fleet) {
   box.append(stat("revenue: other tenants", usd(fleet.revenue_usd.tenants, 0)));
 }
 
-function renderTiers(tiers) {
+// host lag: time the machine (not the model) added to the streams, over the feed's window
+function lagText(seconds) {
+  return seconds > 0 ? `${fmtS(seconds)} slipped` : "none";
+}
+
+function renderTiers(tiers, windowS) {
   const box = document.getElementById("tiers");
   box.replaceChildren();
   for (const [name, t] of Object.entries(tiers)) {
@@ -59,6 +64,7 @@ function renderTiers(tiers) {
     const rows = [
       ["tok/s per user", fmt(t.tokens_per_s_per_user_p50, 0)],
       ["TTFT (p50)", fmtS(t.ttft_p50_s)],
+      [`host lag (${fmt(windowS, 0)} s)`, lagText(t.host_lag_s)],
       ["output tok/s (all)", fmt(t.output_tokens_per_s, 0)],
       ["requests", fmt(t.requests, 0)],
       ["billed", `${usd(t.cost_usd, 4)}`],
@@ -66,7 +72,7 @@ function renderTiers(tiers) {
     ];
     const table = el("table");
     for (const [k, v] of rows) {
-      const tr = el("tr");
+      const tr = el("tr", k.startsWith("host lag") && t.host_lag_s > 0 ? "lag" : null);
       tr.append(el("td", null, k), el("td", null, v));
       table.append(tr);
     }
@@ -149,6 +155,15 @@ function renderPools(pools) {
     h.append(el("small", null,
       `${p.model} on ${p.hardware} · tiers ${p.tiers.join(", ")} · ${active} replica(s) of ${p.max_batch} seats`));
     if (p.pending) h.append(el("span", "badge", `+${p.pending} moving in`));
+    if (p.host_lag_s > 0) {
+      const badge = el("span", "badge lag",
+        `host lag: ${fmtS(p.host_lag_s)} in ${p.host_lag_slips} slip(s) — streams slower than modeled`);
+      badge.title = "The event loop served this pool's steps late (a busy host): the model's " +
+        "timeline slipped by this much. Set stream_interval on a very fast tier, or run " +
+        "more gateway processes (--workers).";
+      h.append(badge);
+    }
+    sec.dataset.hostLag = String(p.host_lag_s);
     const draining = p.replicas.length - active;
     if (draining) h.append(el("span", "badge", `${draining} leaving`));
     const buses = el("div", "buses");
@@ -171,7 +186,7 @@ function renderPools(pools) {
 
 function render(state) {
   renderFleet(state.fleet);
-  renderTiers(state.tiers);
+  renderTiers(state.tiers, state.window_s);
   renderPools(state.pools);
   document.getElementById("interval").textContent = state.interval_s;
   const n = Number(document.body.dataset.samples) + 1;

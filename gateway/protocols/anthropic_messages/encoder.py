@@ -68,17 +68,24 @@ class MessagesEncoder(Encoder):
     def __init__(self, job: Job, omit_thinking: bool = False) -> None:
         self.job = job
         self.mid = job.id.replace("req-", "msg_")
-        self.speed = ANTHROPIC_SPEEDS.label(job.role.name)  # the speed that served
+        self.speed = ANTHROPIC_SPEEDS.label(job.role)  # the speed that served
         self._open: int | None = None
-        # a reply that thought first starts with a thinking block: the others follow it
-        self.thought = job.gen.reasoning_tokens
-        self.off = 1 if self.thought else 0
         self.omit_thinking = omit_thinking  # thinking.display "omitted": only the signature
         self._thinking_done = False
-        self._text_prefix = (b'{"type":"content_block_delta","index":' + str(self.off).encode()
-                             + b',"delta":{"type":"text_delta","text":')
+        self._thinking_sent = 0  # reasoning tokens whose events went out
+        # an upstream's reply (gateway.remote) learns its reasoning as it streams: its thinking
+        # block closes with the first content, not with a last reasoning token
+        self.open_ended = bool(getattr(job.gen, "live", False))
+        self._layout()
         self._thinking_prefix = (b'{"type":"content_block_delta","index":0,"delta":'
                                  b'{"type":"thinking_delta","thinking":')
+
+    def _layout(self) -> None:
+        """A reply that thought first starts with a thinking block: the others follow it."""
+        self.thought = self.job.gen.reasoning_tokens
+        self.off = 1 if self.thought else 0
+        self._text_prefix = (b'{"type":"content_block_delta","index":' + str(self.off).encode()
+                             + b',"delta":{"type":"text_delta","text":')
 
     def _tool_id(self, k: int) -> str:
         """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
@@ -155,6 +162,8 @@ class MessagesEncoder(Encoder):
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
+        if self.thought != self.job.gen.reasoning_tokens and self._open is None:
+            self._layout()  # an upstream's reasoning grew
         thought, off, prefix, dumps = self.thought, self.off, self._text_prefix, orjson.dumps
         kind, suffix = "content_block_delta", b"}}"
         if self.sse_wire:  # text deltas as their SSE bytes (gateway.protocols.events.WIRE)
@@ -163,6 +172,8 @@ class MessagesEncoder(Encoder):
             if i < thought:
                 out += self._thinking(i, piece.text)
                 continue
+            if thought and not self._thinking_done:
+                out += self._end_thinking()  # an upstream's reasoning ends with its content
             tool = piece.tool
             index = off + tool if tool > 0 else off
             if self._open != index:
@@ -187,7 +198,8 @@ class MessagesEncoder(Encoder):
         if not self.omit_thinking:
             out.append(("content_block_delta", self._thinking_prefix + orjson.dumps(text)
                         + b"}}"))
-        if i == self.thought - 1:
+        self._thinking_sent = i + 1
+        if i == self.thought - 1 and not self.open_ended:
             out += self._end_thinking()
         return out
 
@@ -221,9 +233,11 @@ class MessagesEncoder(Encoder):
 
     def closing(self) -> Frames:
         out: Frames = []
-        if self.thought and not self._thinking_done:  # never streamed (not expected): whole
-            for i in range(self.thought):
+        if self.thought and not self._thinking_done:  # not streamed to its end: the rest
+            for i in range(self._thinking_sent, self.thought):
                 out += self._thinking(i, self.job.gen.pieces[i].text)
+            if not self._thinking_done:
+                out += self._end_thinking()
         if self._open is None and (not self.thought
                                    or self.job.gen.output_tokens > self.thought):
             out += self._switch(self.off)

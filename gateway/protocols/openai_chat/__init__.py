@@ -7,12 +7,14 @@ from typing import Any
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_units, openai_prefix
+from ...caching import chat_prefix
 from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
+from ...stored_chat import StoredChats, check_metadata
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
+from ..images import check_images
 from .encoder import ChatEncoder, chat_usage
 from .schema import ChatRequest, NamedToolChoice
 
@@ -35,7 +37,9 @@ class ChatProtocol(Protocol):
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                 param="stream_options",
             )
+        check_metadata(req.metadata)
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
+        check_images(messages, "messages")  # image_url parts: checked, never fetched
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         specs = tuple(ToolSpec.from_wire(t) for t in tools)
         choice = req.tool_choice
@@ -60,22 +64,31 @@ class ChatProtocol(Protocol):
             parallel_tool_calls=req.parallel_tool_calls is not False,
         )
         cap = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        prompt = count_chat_prompt(messages, tools or None)
         return TurnRequest(
             model=req.model,
             role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
             generation=gen,
-            prompt_tokens=count_chat_prompt(messages, tools or None),
+            prompt_tokens=prompt,
             max_tokens=cap,
             stream=req.stream,
             authorization=ctx.headers.get("authorization"),
             messages=messages,
-            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
-                                 req.prompt_cache_retention),
+            prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
+                               req.prompt_cache_retention),
         )
 
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:
         include = bool(req.stream and req.stream_options and req.stream_options.include_usage)
         return ChatEncoder(job, include)
+
+    def completed(self, job: Job, req: ChatRequest, encoder: Any, turn: TurnRequest,
+                  ctx: RequestContext) -> None:
+        """``store: true``: keep the completion for the stored-completions endpoints, as the
+        request's key owns it (the pipeline authenticated the key already)."""
+        if req.store:
+            StoredChats(ctx.store.state, ctx.store.caller).keep(
+                encoder.body(), turn.messages, req.metadata or {})
 
 
 def chat_format(req: ChatRequest, messages: list[dict[str, Any]]) -> ResponseFormat | None:

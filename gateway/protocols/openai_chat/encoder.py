@@ -2,6 +2,12 @@
 
 Streaming chunks are pre-encoded: each token's event is a constant prefix, the token's text as a
 JSON string, and a constant suffix; nothing else is re-encoded per token.
+
+Reasoning comes first and is hidden (counted in usage only), as OpenAI's hosted models do. A
+model configured with ``raw_reasoning`` (``[behavior.MODEL]``) shows it the way vLLM serves
+gpt-oss and other open reasoning models: ``message.reasoning`` (and the older name
+``reasoning_content``) in a body, one ``delta.reasoning`` (and ``delta.reasoning_content``)
+chunk per reasoning token in a stream, before the content.
 """
 
 from __future__ import annotations
@@ -9,6 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+
+from backends.mockmodel import REASONING
 
 from ...errors import APIError
 from ...job import Job
@@ -49,7 +57,7 @@ class ChatEncoder(Encoder):
             "object": "chat.completion.chunk",
             "created": job.created,
             "model": job.model,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "system_fingerprint": FINGERPRINT,
         }
         self.head = orjson.dumps(self.meta)[:-1] + b',"choices":[{"index":0,"delta":'
@@ -59,6 +67,7 @@ class ChatEncoder(Encoder):
         self.tail = tail + b"}"
         self.content_prefix = self.head + b'{"content":'
         self.content_suffix = b"}" + self.tail
+        self.raw = job.tier.behavior.raw_reasoning  # show the reasoning (vLLM's fields)
         self._started_tools: set[int] = set()
 
     # -- non-streaming ----------------------------------------------------------------------
@@ -69,6 +78,11 @@ class ChatEncoder(Encoder):
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in gen.tool_calls
         ] or None
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else gen.text,
+                                   "refusal": None, "tool_calls": calls, "annotations": []}
+        if self.raw:
+            thought = gen.reasoning.text if gen.reasoning is not None else None
+            message["reasoning"] = message["reasoning_content"] = thought
         return {
             "id": self.meta["id"],
             "object": "chat.completion",
@@ -78,8 +92,7 @@ class ChatEncoder(Encoder):
             "system_fingerprint": FINGERPRINT,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": None if calls else gen.text,
-                            "refusal": None, "tool_calls": calls, "annotations": []},
+                "message": message,
                 "logprobs": None,
                 "finish_reason": gen.finish_reason,
             }],
@@ -100,9 +113,15 @@ class ChatEncoder(Encoder):
             kind, cp, cs = "", self.content_prefix, self.content_suffix
         dumps = orjson.dumps
         out: Frames = []
-        # reasoning comes first and is not shown in Chat Completions (only counted in usage)
-        for _, piece in self.pieces(max(start, self.job.gen.reasoning_tokens), start + count, out):
-            if piece.tool < 0:
+        # reasoning comes first: hidden (only counted in usage) unless the model shows it raw
+        first = start if self.raw else max(start, self.job.gen.reasoning_tokens)
+        for _, piece in self.pieces(first, start + count, out):
+            if piece.tool == REASONING:  # (an upstream's reply learns its reasoning as it goes)
+                if self.raw:
+                    text = dumps(piece.text)
+                    out.append(("", self.head + b'{"reasoning":' + text
+                                + b',"reasoning_content":' + text + b"}" + self.tail))
+            elif piece.tool < 0:
                 out.append((kind, cp + dumps(piece.text) + cs))
             else:
                 out.append(("", self._tool_delta(piece.tool, piece.text)))

@@ -82,6 +82,8 @@ class ChatRequest(Lenient):
     reasoning_effort: Effort | None = None
     prompt_cache_key: str | None = Field(None, max_length=1024)  # routing hint (gateway.caching)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    store: StrictBool | None = None  # keep the completion (gateway.stored_chat)
+    metadata: dict[str, str] | None = None  # kept with it (16 pairs at most: checked there)
 
     @field_validator("stop")
     @classmethod

@@ -2,7 +2,9 @@
 
 Streamed chunks have the body's shape (one choice with ``text``); the first one carries the
 first token, so a benchmark client that times its first chunk (``vllm bench serve`` does)
-measures the time to first token. The last token's chunk carries the finish reason; with
+measures the time to first token. The last token's chunk carries the finish reason (a reply
+still arriving from a remote tier, whose last token is not known in advance, or an empty one:
+a chunk of its own with empty text, as vLLM sends it); with
 ``stream_options.include_usage`` a chunk with ``choices: []`` and the usage follows, then
 ``data: [DONE]``. Chunks are a constant prefix, the token's text as a JSON string and a constant
 suffix: nothing else is encoded per token.
@@ -54,6 +56,7 @@ class CompletionsEncoder(Encoder):
         self.suffix = b',"logprobs":null,"finish_reason":null}]' + (
             b',"usage":null}' if include_usage else b"}")
         self.finish = len(job.gen.pieces) - 1  # index of the token that carries the reason
+        self.finish_sent = False
 
     def _text(self, i: int) -> str:
         text = self.job.gen.pieces[i].text
@@ -63,11 +66,15 @@ class CompletionsEncoder(Encoder):
 
     def _chunk(self, i: int) -> bytes:
         if i == self.finish:
-            choice = {"index": 0, "text": self._text(i), "logprobs": None,
-                      "finish_reason": self.job.gen.finish_reason}
-            extra = {"usage": None} if self.include_usage else {}
-            return orjson.dumps({**self.meta, "choices": [choice], **extra})
+            self.finish_sent = True
+            return self._finish_chunk(self._text(i))
         return self.prefix + orjson.dumps(self._text(i)) + self.suffix
+
+    def _finish_chunk(self, text: str) -> bytes:
+        choice = {"index": 0, "text": text, "logprobs": None,
+                  "finish_reason": self.job.gen.finish_reason}
+        extra = {"usage": None} if self.include_usage else {}
+        return orjson.dumps({**self.meta, "choices": [choice], **extra})
 
     def tokens(self, start: int, count: int) -> Frames:
         end = min(start + count, len(self.job.gen.pieces))
@@ -78,7 +85,7 @@ class CompletionsEncoder(Encoder):
         return b"".join(b"data: " + self._chunk(i) + b"\n\n" for i in range(start, end))
 
     def closing(self) -> Frames:
-        out: Frames = []
+        out: Frames = [] if self.finish_sent else [("", self._finish_chunk(""))]
         if self.include_usage:
             usage = {**self.meta, "choices": [], "usage": completion_usage(self.job),
                      "time_info": self.job.time_info()}
@@ -93,7 +100,7 @@ class CompletionsEncoder(Encoder):
             text = self.echo + text
         return {
             **self.meta,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "choices": [{"index": 0, "text": text, "logprobs": None,
                          "finish_reason": job.gen.finish_reason}],
             "usage": completion_usage(job),

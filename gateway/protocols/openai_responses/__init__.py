@@ -1,6 +1,6 @@
 """OpenAI Responses API (``POST /v1/responses``, SSE and websocket) as a protocol plug-in.
 
-Input items become chat messages; ``previous_response_id`` prepends a stored conversation whose
+Input items become chat messages (``items``); ``previous_response_id`` prepends a stored conversation whose
 tokens are already in the KV cache (billed as cached input, no prefill time).
 """
 
@@ -8,77 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_units, openai_prefix
-from ...errors import APIError, bad_request
+from ...caching import chat_prefix
+from ...errors import bad_request
 from ...job import Job
 from ...request import TurnRequest
 from ...response_store import StoredResponse
 from ...responses_api import stored_body
 from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
 from ..formats import json_word_required, mentions_json, strict_tools, structured
-from ..sealed import reasoning_is_ours
 from .encoder import ResponsesEncoder, responses_usage
+from .items import answered_calls, continued, input_messages
 from .schema import ResponsesRequest, ResponsesToolChoice
 
 __all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
-
-
-def input_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
-    """Responses input items as chat messages (what the tokenizer and the mock model read)."""
-    msgs: list[dict[str, Any]] = []
-    if req.instructions:
-        msgs.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        msgs.append({"role": "user", "content": req.input})
-        return msgs
-    for i, item in enumerate(req.input):
-        kind = item.get("type", "message")
-        if kind == "message" or ("role" in item and "type" not in item):
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise bad_request(
-                    f"Invalid value for 'input[{i}].role': {role!r}.", param=f"input[{i}].role"
-                )
-            msgs.append({"role": role, "content": item.get("content")})
-        elif kind == "function_call":
-            msgs.append({
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{
-                    "id": item.get("call_id", ""),
-                    "type": "function",
-                    "function": {"name": item.get("name", ""),
-                                 "arguments": item.get("arguments", "")},
-                }],
-            })
-        elif kind == "function_call_output":
-            out = item.get("output", "")
-            msgs.append({
-                "role": "tool",
-                "tool_call_id": item.get("call_id", ""),
-                "content": out if isinstance(out, str) else orjson.dumps(out).decode(),
-            })
-        elif kind == "reasoning":
-            # a reasoning item sent back: accepted when it is one of ours (its encrypted content
-            # unaltered); earlier turns' reasoning is not part of the model's context
-            if item.get("encrypted_content") is not None and not reasoning_is_ours(item):
-                raise bad_request(
-                    f"The encrypted content for item input[{i}] could not be verified.",
-                    param=f"input[{i}].encrypted_content", code="invalid_encrypted_content")
-            continue
-        elif kind == "item_reference":
-            continue
-        else:
-            raise bad_request(
-                f"Invalid value for 'input[{i}].type': {kind!r} is not supported.",
-                param=f"input[{i}].type",
-            )
-    return msgs
 
 
 class ResponsesProtocol(Protocol):
@@ -86,19 +31,13 @@ class ResponsesProtocol(Protocol):
     schema = ResponsesRequest
 
     def translate(self, req: ResponsesRequest, ctx: RequestContext) -> TurnRequest:
-        messages = input_messages(req)
+        messages = input_messages(req.instructions, req.input, lambda o: ctx.store.caller.may_see(o))
         cached = 0
         if req.previous_response_id:
-            prev = ctx.store.get(req.previous_response_id)
-            if prev is None:
-                raise APIError(
-                    400,
-                    f"Previous response with id '{req.previous_response_id}' not found.",
-                    param="previous_response_id",
-                    code="previous_response_not_found",
-                )
+            prev = continued(ctx.store, req.previous_response_id)
             messages = prev.messages + messages
             cached = prev.context_tokens
+        answered_calls(messages)
         tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
         specs = tuple(ToolSpec.from_wire(t) for t in tools)
         choice = req.tool_choice
@@ -134,8 +73,8 @@ class ResponsesProtocol(Protocol):
             cached_tokens=min(cached, prompt - 1),
             messages=messages,
             reasoning_param="reasoning.effort",
-            prefix=openai_prefix(chat_units(messages, tools), req.model, req.prompt_cache_key,
-                                 req.prompt_cache_retention, prompt),
+            prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
+                               req.prompt_cache_retention),
         )
 
     def encoder(self, job: Job, req: ResponsesRequest, turn: TurnRequest) -> ResponsesEncoder:

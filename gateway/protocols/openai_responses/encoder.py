@@ -12,7 +12,7 @@ from ..base import Encoder
 from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 from .reasoning import ReasoningItem
-from .schema import ResponsesRequest, ResponsesToolChoice
+from .schema import ResponsesRequest, ResponsesTool, ResponsesToolChoice
 
 
 def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
@@ -21,7 +21,9 @@ def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
     out = job.gen.output_tokens if output is None else output
     return {
         "input_tokens": job.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": job.cached_tokens},
+        # cache writes: those billed as such (OpenAI bills none, so 0 on OpenAI's routes)
+        "input_tokens_details": {"cached_tokens": job.cached_tokens,
+                                 "cache_write_tokens": job.cache_write_tokens},
         "output_tokens": out,
         "output_tokens_details": {"reasoning_tokens": min(out, job.gen.reasoning_tokens)},
         "total_tokens": job.prompt_tokens + out,
@@ -43,12 +45,23 @@ class ResponsesEncoder(Encoder):
         self._text: list[str] = []
         self._args: dict[int, list[str]] = {}
         self._open_items: set[int] = set()
-        gen = job.gen
-        self.thought = gen.reasoning_tokens  # the first pieces are reasoning
+        self.reasoning: ReasoningItem | None = None
+        self._layout()
+        self._delta_mid = b',"logprobs":[],"sequence_number":'
+
+    def _layout(self) -> None:
+        """The first pieces are reasoning: a reply that thought has its reasoning item at
+        output index 0, the message or the calls after it. An upstream's reply
+        (gateway.remote) learns its reasoning as it streams: laid out again while it grows."""
+        job = self.job
+        self.thought = job.gen.reasoning_tokens
         self.base = 1 if self.thought else 0  # output index of the message / first call
-        encrypted = "reasoning.encrypted_content" in (req.include or ())
-        self.reasoning = ReasoningItem(gen, job.id.replace("req-", "rs_"), encrypted,
-                                       self._event) if self.thought else None
+        if self.thought and self.reasoning is None:
+            encrypted = "reasoning.encrypted_content" in (self.req.include or ())
+            self.reasoning = ReasoningItem(job.gen, job.id.replace("req-", "rs_"), encrypted,
+                                           self._event, job.tier.behavior.raw_reasoning)
+        if self.reasoning is not None:
+            self.reasoning.tokens = self.thought
         prefix = orjson.dumps({
             "type": "response.output_text.delta",
             "item_id": self.msg_id,
@@ -56,7 +69,6 @@ class ResponsesEncoder(Encoder):
             "content_index": 0,
         })[:-1]
         self._delta_prefix = prefix + b',"delta":'
-        self._delta_mid = b',"logprobs":[],"sequence_number":'
 
     def _fc_id(self, k: int) -> str:
         """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
@@ -107,10 +119,14 @@ class ResponsesEncoder(Encoder):
         incomplete = None
         if job.gen.finish_reason == "length" and done:
             incomplete = {"reason": "max_output_tokens"}
+        info = job.time_info() if done else None
         return {
             "id": self.rid,
             "object": "response",
             "created_at": job.created,
+            # the modeled end of the reply (a number once completed, null before)
+            "completed_at": job.created + round(info["total_time"])
+            if info is not None and not incomplete else None,
             "status": "incomplete" if incomplete else status,
             "error": None,
             "incomplete_details": incomplete,
@@ -121,32 +137,43 @@ class ResponsesEncoder(Encoder):
             "parallel_tool_calls": True if req.parallel_tool_calls is None else
             req.parallel_tool_calls,
             "previous_response_id": req.previous_response_id,
-            "service_tier": OPENAI_SERVICE_TIERS.label(job.role.name),
+            "service_tier": OPENAI_SERVICE_TIERS.label(job.role),
             "store": True if req.store is None else req.store,
             "temperature": 1.0 if req.temperature is None else req.temperature,
             "text": _text_wire(req),
             "reasoning": self._reasoning_wire(),
             "tool_choice": _tool_choice_wire(req),
-            "tools": [t.model_dump(exclude_none=True) for t in req.tools or []],
+            "tools": [_tool_wire(t) for t in req.tools or []],
             "top_p": 1.0 if req.top_p is None else req.top_p,
-            "truncation": "disabled",
+            "presence_penalty": req.presence_penalty or 0.0,
+            "frequency_penalty": req.frequency_penalty or 0.0,
+            "top_logprobs": req.top_logprobs or 0,
+            "max_tool_calls": req.max_tool_calls,
+            "background": bool(req.background),
+            "safety_identifier": req.safety_identifier,
+            "prompt_cache_key": req.prompt_cache_key,
+            "prompt_cache_retention": req.prompt_cache_retention,
+            "user": req.user,
+            "truncation": req.truncation or "disabled",
             "usage": responses_usage(job) if done else None,
             "metadata": req.metadata or {},
-            "time_info": job.time_info() if done else None,
+            "time_info": info,
         }
 
     # -- the events -------------------------------------------------------------------------
 
     def opening(self) -> Frames:
         return [
-            ("response.created", self._event({"type": "response.created",
-                                              "response": self.response("in_progress")})),
+            ("response.created", self._event({"type": "response.created", "response": self.response(
+                "queued" if self.req.background else "in_progress")})),
             ("response.in_progress", self._event({"type": "response.in_progress",
                                                   "response": self.response("in_progress")})),
         ]
 
     def tokens(self, start: int, count: int) -> Frames:
         out: Frames = []
+        if self.thought != self.job.gen.reasoning_tokens and not self._open_items:
+            self._layout()  # an upstream's reasoning grew
         thought, base = self.thought, self.base
         kind, prefix, form = "response.output_text.delta", self._delta_prefix, b"%b%b%b%d}"
         if self.sse_wire:  # text deltas as their SSE bytes (gateway.protocols.events.WIRE)
@@ -154,8 +181,10 @@ class ResponsesEncoder(Encoder):
         for i, piece in self.pieces(start, start + count, out):
             if i < thought:
                 assert self.reasoning is not None
-                out += self.reasoning.at(i)
+                out += self.reasoning.at(i, piece.text)
                 continue
+            if self.reasoning is not None and self.reasoning.state == 1:
+                out += self.reasoning.finish()  # an upstream's reasoning ends with its content
             k = piece.tool
             if k < 0:
                 if 0 not in self._open_items:
@@ -262,6 +291,15 @@ class ResponsesEncoder(Encoder):
         resp["time_info"] = job.time_info()
         return [("response.incomplete",
                  self._event({"type": "response.incomplete", "response": resp}))]
+
+
+def _tool_wire(tool: ResponsesTool) -> dict[str, Any]:
+    """A function tool as the response echoes it: ``description``, ``parameters`` and
+    ``strict`` always present (null when the request left them out)."""
+    wire = tool.model_dump(exclude_none=True)
+    for key in ("description", "parameters", "strict"):
+        wire.setdefault(key, None)
+    return wire
 
 
 def _tool_choice_wire(req: ResponsesRequest) -> Any:

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..base import Lenient
 from ..openai_chat.schema import Effort, ServiceTier
+
+CONVERSATIONS_REFUSED = (
+    "conversations are not supported by this server; continue a conversation with "
+    "previous_response_id (responses are stored by default) or send the whole history in "
+    "input")
 
 
 class ResponsesTool(Lenient):
@@ -64,3 +70,22 @@ class ResponsesRequest(Lenient):
     include: list[str] | None = Field(None, max_length=16)
     prompt_cache_key: str | None = Field(None, max_length=1024)  # routing hint (gateway.caching)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    # accepted and echoed in the response object (the mock model does not sample with them)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_tool_calls: int | None = Field(None, ge=0)  # caps built-in tools: fastmode has none
+    safety_identifier: str | None = Field(None, max_length=64)
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    # run detached, polled with GET /v1/responses/{id} (gateway.background)
+    background: StrictBool | None = None
+    # the Conversations API is not served: refused, never silently ignored (gateway.conversations)
+    conversation: Any = None
+
+    @field_validator("conversation")
+    @classmethod
+    def _no_conversations(cls, value: Any) -> Any:
+        if value is not None:
+            raise PydanticCustomError("unsupported", CONVERSATIONS_REFUSED)
+        return value
