@@ -58,6 +58,10 @@ class DeploymentConfig(Strict):
     # prefill/decode disaggregation: each replica pairs its decode chips with a prefill replica
     # of this many chips of the same hardware (backends/disagg.py); None: prompts ride along
     prefill_chips: int | None = Field(None, gt=0)
+    # attention data parallelism: each chip runs whole sequences' attention and keeps only
+    # their KV, the FFNs stay tensor parallel (a group wider than the KV heads would otherwise
+    # store every KV head on several chips: docs/performance-model.md, "Parallelism")
+    attention_dp: bool = False
 
     @property
     def replica_chips(self) -> int:

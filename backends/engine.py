@@ -18,7 +18,7 @@ from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLen
 from .perf import Placement
 from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
-from .profiles import Catalog
+from .profiles import Catalog, HardwareProfile
 from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
 from .scheduler import Background, Limits, Scheduler
 from .speculative import mtp_draft, speculative_placement
@@ -78,8 +78,12 @@ class EngineSpec:
     fleet: FleetSpec | None = None  # None: no fleet and no tenant dynamics (a bare engine)
 
 
-def _reference_reserve() -> float:
-    """The reference engine's memory reserve per chip (backends/data/engines.toml)."""
+def _reference_reserve(hardware: HardwareProfile) -> float:
+    """The reference engine's memory reserve per chip (backends/data/engines.toml) on a GPU;
+    none on a wafer, whose dataflow runtime captures no CUDA graphs and keeps no NCCL or
+    cuBLAS workspaces (what the GPU engines' reserve is made of)."""
+    if hardware.kind != "gpu":
+        return 0.0
     engines = load_engines()
     ref = engines.get(REFERENCE_ENGINE)
     return ref.reserved_gb if ref is not None else 0.0
@@ -93,16 +97,18 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
     catalog = (catalog or Catalog.builtin()).extend(config.hardware, config.models)
     deployments: dict[str, DeploymentSpec] = {}
     for name, d in config.deployments.items():
+        hw = catalog.get_hardware(d.hardware)
         # memory as the reference engine (vLLM, what `fastmode serve` imitates) accounts it:
         # activations of a forward pass at the step budget and its own reserve per chip
         placement = Placement(
             catalog.get_model(d.model),
-            catalog.get_hardware(d.hardware),
+            hw,
             d.chips,
             d.precision,
             d.memory_utilization,
             activation_tokens=d.max_batched_tokens,
-            reserved_gb=_reference_reserve(),
+            reserved_gb=_reference_reserve(hw),
+            attention_dp=d.attention_dp,
         )
         if d.speculative is not None:
             sp = d.speculative
@@ -116,7 +122,8 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
             prefill = Placement(placement.model, placement.hardware, d.prefill_chips,
                                 d.precision, d.memory_utilization,
                                 activation_tokens=d.max_batched_tokens,
-                                reserved_gb=_reference_reserve())
+                                reserved_gb=_reference_reserve(hw),
+                                attention_dp=d.attention_dp)
         background = Background(
             d.background_seqs, d.background.context_tokens, d.background.prefill_tokens_per_step
         )
