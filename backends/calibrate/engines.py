@@ -132,11 +132,71 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "atom": dict(_ENGINE_PRIOR),
 }
 KV_MEMORY_RULES = ("total", "free", "static")
+# The engine each one derives from: an engine that no figure of a fit was measured on takes,
+# term by term, the fitted value of its nearest ancestor whose figures inform that term
+# (``inherit_engines``), instead of its hand prior. The lineage is the code's, not a fit's:
+# - trtllm-pre-xqa -> trtllm-xqa -> trtllm-cpp: one C++ runtime, v0.5/0.6 -> v0.7/0.8 -> v0.9+
+#   (the XQA blog; the releases' notes); its masked-MHA GQA reads (gqa_reread) stay its own;
+# - trtllm-cpp <-> trtllm: the PyTorch backend (v0.19+) calls the same kernels (XQA, the cutlass /
+#   trtllm-gen GEMMs, the all-reduce plugins: the perf overview measures both on one page);
+# - vllm-rocm -> vllm: AMD's ROCm builds of the same vLLM scheduler and API server;
+# - atom -> vllm-rocm: AMD's ATOM, "a lightweight vLLM-like implementation" on the AITER
+#   kernels vLLM-ROCm also uses (ROCm/ATOM README);
+# - sglang -> vllm: SGLang began on vLLM's model layers and shares FlashInfer's kernels.
+# LMDeploy's TurboMind has no ancestor among them (its own C++ engine): its priors stand.
+ENGINE_PARENTS: dict[str, str] = {
+    "trtllm-pre-xqa": "trtllm-xqa",
+    "trtllm-xqa": "trtllm-cpp",
+    "trtllm-cpp": "trtllm",
+    "trtllm": "trtllm-cpp",
+    "vllm-rocm": "vllm",
+    "atom": "vllm-rocm",
+    "sglang": "vllm",
+}
+# Terms that are a kernel's property, never inherited (the prior says what the kernel does)
+OWN_TERMS = ("gqa_reread",)
 
 
 def engine_priors(engines: Engines) -> dict[str, EngineProfile]:
     """The engines reset to their priors (ENGINE_PRIORS; the profile's own values otherwise)."""
     return {n: e.with_values(ENGINE_PRIORS.get(n, e.values())) for n, e in engines.items()}
+
+
+def ancestors(name: str) -> list[str]:
+    """``name``'s ancestors by ``ENGINE_PARENTS``, nearest first (no engine twice)."""
+    out: list[str] = []
+    parent = ENGINE_PARENTS.get(name)
+    while parent is not None and parent != name and parent not in out:
+        out.append(parent)
+        parent = ENGINE_PARENTS.get(parent)
+    return out
+
+
+def inherit_engines(
+    engines: Mapping[str, EngineProfile], informs: Mapping[str, frozenset[str]],
+) -> dict[str, EngineProfile]:
+    """Engines with the terms no figure informed filled from their nearest ancestor's.
+
+    ``informs[engine]`` names the terms the fit's figures of that engine inform (empty or
+    absent: no figure of it). An engine keeps every term its own figures inform; each other
+    term comes from the nearest ancestor whose figures inform it, else it keeps its prior. No
+    value of an engine without figures comes from anything but other engines' figures (a
+    cross-validation fold holding out its only source sees its lineage, not its prior).
+    """
+    out = dict(engines)
+    for name, e in engines.items():
+        mine = informs.get(name, frozenset())
+        values: dict[str, float] = {}
+        for term in ENGINE_PARAMS:
+            if term in OWN_TERMS or term in mine:
+                continue  # a kernel's own property, or measured: its own fit
+            for anc in ancestors(name):
+                if anc in engines and term in informs.get(anc, frozenset()):
+                    values[term] = getattr(engines[anc], term)
+                    break
+        if values:
+            out[name] = e.with_values(values)
+    return out
 
 
 def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
@@ -149,13 +209,17 @@ def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
 
 __all__ = [
     "ENGINE_PARAMS",
+    "ENGINE_PARENTS",
     "ENGINE_PRIORS",
     "KV_MEMORY_RULES",
+    "OWN_TERMS",
     "REFERENCE_ENGINE",
     "EngineProfile",
     "Engines",
     "engine_for",
+    "ancestors",
     "engine_priors",
     "engines_from_toml",
+    "inherit_engines",
     "load_engines",
 ]

@@ -81,13 +81,21 @@ FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 # GEMM efficiency by size starts at half of the large-GEMM rate at 128 rows (a 128-row tile
 # fills one wave of a Hopper / Blackwell GEMM), attention at half its rate at 1,024 tokens
 # (FlashAttention-2/3 forward benchmarks rise from short to long sequences), expert reads at
-# the dense weights' efficiency, and an MoE FFN or an MLA attention adding ~2 us to a layer's
-# latency floor (their extra kernels, TensorRT-LLM tech blog 1, at ~0.7 us each under CUDA graphs).
+# the dense weights' efficiency. The MLA layers' latency floor: kernels per layer x one
+# kernel's floor, the same floor the dense prior implies (layer_latency_us 5-6 us for the ~8
+# kernels of a GQA decode layer under CUDA graphs: ~0.7 us each; NVIDIA's "Getting Started
+# with CUDA Graphs" blog: a graph removes all but ~0.5 us of a short kernel's launch cost).
+# Absorbed MLA decode (DeepSeek-V2/V3 config: q_lora_rank, kv_lora_rank) runs 4 kernels a GQA
+# layer does not: the fused q/kv down-projection, the two latent RMSNorms, the W_UK absorption
+# BMM before attention and the W_UV BMM after it: 4 x 0.7 = ~3 us. (The fit of the set puts
+# ~100 us there, from batch-1 DeepSeek alone: not a launch floor, what the model lacks at
+# batch 1 -- docs/calibration.md.) An MoE FFN's extra kernels (router, top-k, permute,
+# finalize) are not fitted (moe_layer_latency_us: the set cannot tell them from step overheads).
 _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
                  "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
                  "moe_layer_latency_us": 0.0,
-                 "mla_layer_latency_us": 2.0}
+                 "mla_layer_latency_us": 2.8}
 
 
 def _gpu(mbu: float, mfu: float, layer_us: float, allreduce_us: float,
@@ -123,6 +131,29 @@ PRIORS: dict[str, dict[str, float]] = {
               **{**_SHARED_PRIOR, "gemm_half_tokens": 0.0, "attention_half_tokens": 0.0,
                  "moe_layer_latency_us": 0.0, "mla_layer_latency_us": 0.0}},
 }
+# A GPU that no figure of a fit measured takes its chip values (CHIP_EFFICIENCIES and CHIP)
+# from the first of these siblings that is measured, instead of the pooled GPU values: the
+# same vendor's chip of the same or the next generation, run by the same software stack. The
+# efficiencies are shares of each chip's own datasheet peaks (its bandwidth and FLOP/s rows
+# stay its own), so they carry over unscaled between chips of one architecture (H100 / H200 /
+# GH200: one Hopper die; B200 / B300 / GB200 / GB300: Blackwell; MI300X / MI325X: one CDNA 3
+# die with different HBM, MI355X its CDNA 4 successor on the same ROCm kernels); the layer
+# floor (kernel launches) and the all-reduce latency (the same NVLink / Infinity Fabric
+# generation) likewise. A chip with no measured sibling gets the pooled values.
+HW_SIBLINGS: dict[str, tuple[str, ...]] = {
+    "a100-40g": ("a100-80g",),
+    "a100-80g": ("a100-40g",),
+    "h100-sxm": ("h200", "gh200"),
+    "h200": ("h100-sxm", "gh200"),
+    "gh200": ("h100-sxm", "h200"),
+    "b200": ("gb200-nvl72", "b300", "gb300-nvl72"),
+    "gb200-nvl72": ("b200", "gb300-nvl72", "b300"),
+    "b300": ("b200", "gb300-nvl72", "gb200-nvl72"),
+    "gb300-nvl72": ("gb200-nvl72", "b300", "b200"),
+    "mi300x": ("mi325x", "mi355x"),
+    "mi325x": ("mi300x", "mi355x"),
+    "mi355x": ("mi325x", "mi300x"),
+}
 # The generic GPU estimate the pooled fit starts from (the reference's mid-range values).
 GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "mfu_fp4": 0.5,
              "step_overhead_ms": 1.0, **_SHARED_PRIOR}
@@ -130,4 +161,4 @@ PRIOR_WEIGHT = 0.02  # a parameter one sigma from its prior costs as much as ~2 
 
 
 __all__ = ["CHIP", "CHIP_EFFICIENCIES", "EFFICIENCIES", "ENGINE_SPECS", "FIT_PARAMS",
-           "GPU_PRIOR", "PARAMS", "PRIORS", "PRIOR_WEIGHT", "Param", "SHARED"]
+           "GPU_PRIOR", "HW_SIBLINGS", "PARAMS", "PRIORS", "PRIOR_WEIGHT", "Param", "SHARED"]
