@@ -174,14 +174,16 @@ def ancestors(name: str) -> list[str]:
 
 def inherit_engines(
     engines: Mapping[str, EngineProfile], informs: Mapping[str, frozenset[str]],
+    passes: Mapping[str, frozenset[str]],
 ) -> dict[str, EngineProfile]:
     """Engines with the terms no figure informed filled from their nearest ancestor's.
 
     ``informs[engine]`` names the terms the fit's figures of that engine inform (empty or
-    absent: no figure of it). An engine keeps every term its own figures inform; each other
-    term comes from the nearest ancestor whose figures inform it, else it keeps its prior. No
-    value of an engine without figures comes from anything but other engines' figures (a
-    cross-validation fold holding out its only source sees its lineage, not its prior).
+    absent: no figure of it), ``passes[engine]`` those it may pass on (a subset: what its
+    figures tell apart from their conditions). An engine keeps every term its own figures
+    inform; each other term comes from the nearest ancestor that passes it, else it keeps its
+    prior. So a cross-validation fold holding out an engine's only source sees its lineage's
+    fitted terms, not a hand prior.
     """
     out = dict(engines)
     for name, e in engines.items():
@@ -191,7 +193,7 @@ def inherit_engines(
             if term in OWN_TERMS or term in mine:
                 continue  # a kernel's own property, or measured: its own fit
             for anc in ancestors(name):
-                if anc in engines and term in informs.get(anc, frozenset()):
+                if anc in engines and term in passes.get(anc, frozenset()):
                     values[term] = getattr(engines[anc], term)
                     break
         if values:

@@ -10,6 +10,7 @@ from typing import Any
 from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
 from .engines import REFERENCE_ENGINE, EngineProfile, Engines, inherit_engines
 from .figures import CalibrationError, Figure, predict_si
+from .lineage import informed_terms, measured_sibling
 from .params import (
     CHIP,
     CHIP_EFFICIENCIES,
@@ -17,7 +18,6 @@ from .params import (
     ENGINE_SPECS,
     FIT_PARAMS,
     GPU_PRIOR,
-    HW_SIBLINGS,
     PARAMS,
     PRIOR_WEIGHT,
     PRIORS,
@@ -307,7 +307,7 @@ def fit(
     engines = dict(engines or {})
     pooled, fitted_engines = fit_pooled(figures, catalog, weights, sweeps, engines)
     gpu_figs = [f for f in figures if catalog.get_hardware(f.hardware).kind == "gpu"]
-    fitted_engines = inherit_engines(fitted_engines, _informed_terms(gpu_figs, fitted_engines))
+    fitted_engines = inherit_engines(fitted_engines, *informed_terms(gpu_figs, fitted_engines))
     names = sorted({f.hardware for f in figures} if hardware is None else set(hardware))
     chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
     out: dict[str, HardwareFit] = {}
@@ -321,7 +321,7 @@ def fit(
         else:
             prior = hand
         if not mine:
-            sibling = _measured_sibling(name, figures)
+            sibling = measured_sibling(name, figures)
             if sibling is not None:
                 if sibling not in out:
                     out[sibling] = fit_one(sibling)
@@ -337,52 +337,6 @@ def fit(
             out[name] = fit_one(name)
     gpus = frozenset(n for n in out if catalog.get_hardware(n).kind == "gpu")
     return Fit(out, fitted_engines, gpus)
-
-
-def _measured_sibling(name: str, figures: Sequence[Figure]) -> str | None:
-    """The first of ``name``'s siblings (``HW_SIBLINGS``) that ``figures`` measure."""
-    measured = {f.hardware for f in figures}
-    return next((s for s in HW_SIBLINGS.get(name, ()) if s in measured), None)
-
-
-SCALES = ("bandwidth_scale", "compute_scale")
-
-
-def _informed_terms(figures: Sequence[Figure], engines: Engines) -> dict[str, frozenset[str]]:
-    """The engine terms each engine's figures inform (and may pass on to the engines that
-    derive from it, ``inherit_engines``):
-
-    - the time to the first token besides the steps (API server, tokenizer, streaming) only
-      through a serving benchmark's TTFT or end-to-end latency (a static batch has no server);
-    - the kernels' shares of the chip's peaks (``SCALES``) only through figures on two or more
-      hardware: on one chip alone they cannot be told from that chip's own efficiencies (the
-      stage-1 fit puts the chip's difference from the pooled GPU into them), which another
-      engine on another chip must not inherit;
-    - the host's work per step and per sequence through any figure.
-    """
-    out: dict[str, frozenset[str]] = {}
-    for name, e in engines.items():
-        mine = [f for f in figures if e.covers(f.engine)
-                and not any(o.covers(f.engine) for o in _before(engines, name))]
-        if not mine:
-            continue
-        terms = set(ENGINE_SPECS) - {"request_overhead_ms", *SCALES}
-        if any(f.scenario == "serving" and f.metric in ("ttft", "e2e") for f in mine):
-            terms.add("request_overhead_ms")
-        if name == REFERENCE_ENGINE or len({f.hardware for f in mine}) > 1:
-            terms.update(SCALES)
-        out[name] = frozenset(terms)
-    return out
-
-
-def _before(engines: Engines, name: str) -> list[EngineProfile]:
-    """The profiles listed before ``name`` (a figure belongs to the first that covers it)."""
-    out: list[EngineProfile] = []
-    for n, e in engines.items():
-        if n == name:
-            break
-        out.append(e)
-    return out
 
 
 def apply_fits(catalog: Catalog, fits: Fit | Mapping[str, HardwareFit]) -> Catalog:
