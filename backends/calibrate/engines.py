@@ -130,28 +130,32 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "lmdeploy": dict(_ENGINE_PRIOR),
     "sglang": dict(_ENGINE_PRIOR),
     "atom": dict(_ENGINE_PRIOR),
+    "atom-2026": dict(_ENGINE_PRIOR),
 }
 KV_MEMORY_RULES = ("total", "free", "static")
-# The engine each one derives from: an engine that no figure of a fit was measured on takes,
-# term by term, the fitted value of its nearest ancestor whose figures inform that term
+# Each engine's relatives, nearest first: an engine that no figure of a fit was measured on
+# takes, term by term, the fitted value of the first relative whose figures inform that term
 # (``inherit_engines``), instead of its hand prior. The lineage is the code's, not a fit's:
-# - trtllm-pre-xqa -> trtllm-xqa -> trtllm-cpp: one C++ runtime, v0.5/0.6 -> v0.7/0.8 -> v0.9+
-#   (the XQA blog; the releases' notes); its masked-MHA GQA reads (gqa_reread) stay its own;
-# - trtllm-cpp <-> trtllm: the PyTorch backend (v0.19+) calls the same kernels (XQA, the cutlass /
-#   trtllm-gen GEMMs, the all-reduce plugins: the perf overview measures both on one page);
+# - TensorRT-LLM: one C++ runtime, v0.5/0.6 (trtllm-pre-xqa) -> v0.7/0.8 with XQA (trtllm-xqa)
+#   -> v0.9+ and NIM (trtllm-cpp), whose kernels (XQA, the cutlass / trtllm-gen GEMMs, the
+#   all-reduce plugins) the PyTorch backend (trtllm, v0.19+) calls: each generation's nearest
+#   relatives are the ones next to it (the XQA blog; the perf overview measures both runtimes on
+#   one page); the masked-MHA GQA reads (gqa_reread) stay pre-XQA's own;
 # - vllm-rocm -> vllm: AMD's ROCm builds of the same vLLM scheduler and API server;
-# - atom -> vllm-rocm: AMD's ATOM, "a lightweight vLLM-like implementation" on the AITER
-#   kernels vLLM-ROCm also uses (ROCm/ATOM README);
+# - atom <-> atom-2026 (two generations of AMD's ATOM: 0.1.1 on ROCm 7.1, late 2025, and the
+#   ROCm 7.2 builds of 2026), then vllm-rocm: ATOM is "a lightweight vLLM-like implementation"
+#   on the AITER kernels vLLM-ROCm also uses (ROCm/ATOM README);
 # - sglang -> vllm: SGLang began on vLLM's model layers and shares FlashInfer's kernels.
-# LMDeploy's TurboMind has no ancestor among them (its own C++ engine): its priors stand.
-ENGINE_PARENTS: dict[str, str] = {
-    "trtllm-pre-xqa": "trtllm-xqa",
-    "trtllm-xqa": "trtllm-cpp",
-    "trtllm-cpp": "trtllm",
-    "trtllm": "trtllm-cpp",
-    "vllm-rocm": "vllm",
-    "atom": "vllm-rocm",
-    "sglang": "vllm",
+# LMDeploy's TurboMind has no relative among them (its own C++ engine): its priors stand.
+ENGINE_RELATIVES: dict[str, tuple[str, ...]] = {
+    "trtllm-pre-xqa": ("trtllm-xqa", "trtllm-cpp", "trtllm"),
+    "trtllm-xqa": ("trtllm-pre-xqa", "trtllm-cpp", "trtllm"),
+    "trtllm-cpp": ("trtllm-xqa", "trtllm", "trtllm-pre-xqa"),
+    "trtllm": ("trtllm-cpp", "trtllm-xqa", "trtllm-pre-xqa"),
+    "vllm-rocm": ("vllm",),
+    "atom": ("atom-2026", "vllm-rocm", "vllm"),
+    "atom-2026": ("atom", "vllm-rocm", "vllm"),
+    "sglang": ("vllm",),
 }
 # Terms that are a kernel's property, never inherited (the prior says what the kernel does)
 OWN_TERMS = ("gqa_reread",)
@@ -163,13 +167,8 @@ def engine_priors(engines: Engines) -> dict[str, EngineProfile]:
 
 
 def ancestors(name: str) -> list[str]:
-    """``name``'s ancestors by ``ENGINE_PARENTS``, nearest first (no engine twice)."""
-    out: list[str] = []
-    parent = ENGINE_PARENTS.get(name)
-    while parent is not None and parent != name and parent not in out:
-        out.append(parent)
-        parent = ENGINE_PARENTS.get(parent)
-    return out
+    """``name``'s relatives (``ENGINE_RELATIVES``), nearest first."""
+    return list(ENGINE_RELATIVES.get(name, ()))
 
 
 def inherit_engines(
@@ -211,7 +210,7 @@ def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
 
 __all__ = [
     "ENGINE_PARAMS",
-    "ENGINE_PARENTS",
+    "ENGINE_RELATIVES",
     "ENGINE_PRIORS",
     "KV_MEMORY_RULES",
     "OWN_TERMS",

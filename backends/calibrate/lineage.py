@@ -1,6 +1,6 @@
 """Fallbacks of a fit for what its figures do not measure: a GPU no figure measured takes its
 nearest measured sibling's chip values (``HW_SIBLINGS``), an engine's unmeasured terms come
-from its nearest ancestor that measured them (``ENGINE_PARENTS``, ``inherit_engines``). Used
+from its nearest ancestor that measured them (``ENGINE_RELATIVES``, ``inherit_engines``). Used
 inside every cross-validation fold, from that fold's figures only (no leakage)."""
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ def figure(i: int, *, engine: str, hardware: str, metric: str = "itl",
                   output_tokens=200, metric=metric, value=1.0, unit=unit, engine=engine)
 
 
-def test_the_lineage_is_walked_nearest_first_without_cycles():
-    assert ancestors("atom") == ["vllm-rocm", "vllm"]
-    assert ancestors("trtllm-pre-xqa") == ["trtllm-xqa", "trtllm-cpp", "trtllm"]
-    assert ancestors("trtllm") == ["trtllm-cpp"]  # the two TensorRT-LLM runtimes: one pair
+def test_an_engines_relatives_are_its_code_lineage_nearest_first():
+    assert ancestors("atom") == ["atom-2026", "vllm-rocm", "vllm"]
+    assert ancestors("trtllm-xqa")[0] == "trtllm-pre-xqa"  # the runtime it added XQA to
+    assert "atom" not in ancestors("atom")
     assert ancestors("lmdeploy") == []
 
 
