@@ -9,7 +9,8 @@ cross-validated figures, then the totals. Targets (issue 24: median cross-valida
 overall and <= 15% on TTFT, no figure refused) are reported, not asserted.
 
     python bench/calibration.py            # the error tables
-    python bench/calibration.py --figures  # and every figure, predicted vs measured
+    python bench/calibration.py --figures  # and every figure, predicted vs measured (* marks
+                                           # the scored-not-fitted ones, calibrate/scope.py)
     python bench/calibration.py --write    # refit and write the fitted values into
                                            # backends/data/hardware.toml and engines.toml
     python bench/calibration.py --json     # one JSON object
@@ -36,6 +37,7 @@ from backends.calibrate import (
     evaluate,
     fit,
     group_stats,
+    is_fitted,
     load_engines,
     load_published,
     prior_catalog,
@@ -124,26 +126,31 @@ def main() -> int:
                                "cross_validated": as_dict(group_stats(cv, by_metric)[k])}
                            for k, v in group_stats(insample, by_metric).items()},
             "rows": [{"id": r.figure.id, "measured": r.figure.value, "unit": r.figure.unit,
-                      "predicted": r.predicted, "cv_predicted": c.predicted}
+                      "predicted": r.predicted, "cv_predicted": c.predicted,
+                      "fitted": is_fitted(r.figure, catalog)}
                      for r, c in zip(insample, cv, strict=True)],
             "wall_s": wall,
         }
         print(json.dumps(doc, indent=2, allow_nan=True))
         return 0
 
+    scored = sum(1 for f in figures if not is_fitted(f, catalog))
     print(f"{len(figures)} published figures from {len(sources)} sources "
-          f"(backends/data/measurements/published.toml)\n")
+          f"(backends/data/measurements/published.toml); {scored} scored, not fitted "
+          f"(backends/calibrate/scope.py), counted in every table\n")
     for title, key in (("per source", by_source), ("per metric", by_metric),
                        ("per hardware", by_hardware)):
         print("\n".join(table(title, group_stats(insample, key), group_stats(cv, key))))
         print()
     if args.figures:
-        print(f"  {'measured':>10}  {'predicted':>10}  {'error':>7}  {'cv error':>8}  figure")
+        print(f"  {'measured':>10}  {'predicted':>10}  {'error':>7}  {'cv error':>8}  figure "
+              "(* scored, not fitted)")
         for r, c in zip(insample, cv, strict=True):
             e = "refused" if r.error is None else pct(r.error)
             ce = "refused" if c.error is None else pct(c.error)
             pred = "-" if r.predicted is None else f"{r.predicted:.4g}"
-            print(f"  {r.figure.value:>10.4g}  {pred:>10}  {e:>7}  {ce:>8}  {r.figure.id}")
+            mark = "" if is_fitted(r.figure, catalog) else " *"
+            print(f"  {r.figure.value:>10.4g}  {pred:>10}  {e:>7}  {ce:>8}  {r.figure.id}{mark}")
         print()
     print("worst cross-validated figures")
     worst = sorted((r for r in cv if r.error is not None), key=lambda r: -abs(r.error or 0))

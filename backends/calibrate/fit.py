@@ -24,6 +24,7 @@ from .params import (
     SHARED,
     Param,
 )
+from .scope import fitted_figures
 from .search import coordinate_search, param
 
 
@@ -302,7 +303,12 @@ def fit(
 
     ``engines``: the engine profiles to start from (their priors, ``engine_priors``); None
     fits the hardware alone, every figure on the hardware's own overheads (as before engines).
+
+    Figures in a regime the model does not model (``scope.scored_only_reason``: MoE runs with
+    thousands of sequences queued) are left out here, and only here: they are still predicted
+    and scored in every error table, but move no parameter.
     """
+    figures = fitted_figures(figures, catalog)
     weights = figure_weights(figures)
     engines = dict(engines or {})
     pooled, fitted_engines = fit_pooled(figures, catalog, weights, sweeps, engines)
