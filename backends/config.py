@@ -29,7 +29,8 @@ class BackgroundConfig(Strict):
 
 class SpeculativeConfig(Strict):
     """Speculative decoding: a draft model proposes ``draft_tokens`` tokens, the target verifies
-    them in one step and keeps the accepted prefix plus one token of its own."""
+    them in one step and keeps the accepted prefix plus one token of its own. ``draft_model``
+    "mtp" drafts with the model's own multi-token-prediction layer (DeepSeek-V3)."""
 
     draft_model: str
     draft_tokens: int = Field(4, ge=1, le=16, description="tokens drafted per step (k)")
@@ -41,7 +42,7 @@ class DeploymentConfig(Strict):
     model: str
     hardware: str
     chips: int = Field(gt=0)
-    precision: Literal["bf16", "fp8", "int8"] = "bf16"
+    precision: Literal["bf16", "fp16", "fp8", "int8", "fp4", "nvfp4", "mxfp4"] = "bf16"
     replicas: int = Field(1, gt=0)  # at start; a proportional fleet moves them between pools
     min_replicas: int = Field(1, ge=1)  # the autoscaler never goes below (proportional fleets)
     max_replicas: int | None = Field(None, ge=1)  # ... nor above (None: what the fleet holds)
@@ -54,6 +55,18 @@ class DeploymentConfig(Strict):
     prefix_routing_max_imbalance: int = Field(16, ge=0)  # ...unless it has this many more queued
     background: BackgroundConfig = BackgroundConfig()
     speculative: SpeculativeConfig | None = None
+    # prefill/decode disaggregation: each replica pairs its decode chips with a prefill replica
+    # of this many chips of the same hardware (backends/disagg.py); None: prompts ride along
+    prefill_chips: int | None = Field(None, gt=0)
+    # attention data parallelism: each chip runs whole sequences' attention and keeps only
+    # their KV, the FFNs stay tensor parallel (a group wider than the KV heads would otherwise
+    # store every KV head on several chips: docs/performance-model.md, "Parallelism")
+    attention_dp: bool = False
+
+    @property
+    def replica_chips(self) -> int:
+        """Chips one replica takes from the fleet (its prefill replica's included)."""
+        return self.chips + (self.prefill_chips or 0)
 
     @property
     def background_seqs(self) -> int:
@@ -261,7 +274,7 @@ def _check_fleet(fleet: FleetConfig, cfg: SimConfig) -> None:
                 f"fleet.nodes: no node group of hardware {d.hardware!r} for deployment "
                 f"{dname!r}; add [fleet.nodes.NAME] with hardware = {d.hardware!r}"
             )
-        per = -(-d.chips // fleet.nodes[group].chips_per_node)
+        per = -(-d.replica_chips // fleet.nodes[group].chips_per_node)
         used[group] = used.get(group, 0) + per * d.replicas
         if d.max_replicas is not None and d.max_replicas < max(d.replicas, d.min_replicas):
             raise ValueError(f"deployments.{dname}.max_replicas: below replicas/min_replicas")

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
+from .disagg import DisaggregatedScheduler
 from .fleet import FleetSpec, build_fleet
 from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
 from .perf import Placement
 from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
-from .profiles import Catalog
+from .profiles import Catalog, HardwareProfile
 from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
 from .scheduler import Background, Limits, Scheduler
-from .speculative import speculative_placement
+from .speculative import mtp_draft, speculative_placement
 from .tenants import TenantDemand, TenantInput, equilibrium
 
 
@@ -32,13 +34,18 @@ class DeploymentSpec:
     replicas: int
     routing: CacheRouting = CacheRouting()  # how a request picks a replica
     tenants: TenantDemand | None = None  # the other tenants as demand (background: their mean)
+    prefill: Placement | None = None  # disaggregated: each replica's prefill replica
 
     def new_scheduler(self) -> Scheduler:
+        if self.prefill is not None:
+            return DisaggregatedScheduler(self.placement, self.limits, self.background,
+                                          self.prefill)
         return Scheduler(self.placement, self.limits, self.background)
 
     @property
     def cost_per_token(self) -> float:
-        return hardware_cost_per_token(self.placement, self.background)
+        extra = self.prefill.chips if self.prefill is not None else 0
+        return hardware_cost_per_token(self.placement, self.background, extra)
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,17 @@ class EngineSpec:
     fleet: FleetSpec | None = None  # None: no fleet and no tenant dynamics (a bare engine)
 
 
+def _reference_reserve(hardware: HardwareProfile) -> float:
+    """The reference engine's memory reserve per chip (backends/data/engines.toml) on a GPU;
+    none on a wafer, whose dataflow runtime captures no CUDA graphs and keeps no NCCL or
+    cuBLAS workspaces (what the GPU engines' reserve is made of)."""
+    if hardware.kind != "gpu":
+        return 0.0
+    engines = load_engines()
+    ref = engines.get(REFERENCE_ENGINE)
+    return ref.reserved_gb if ref is not None else 0.0
+
+
 def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
     """Validate the physics of a config (every model fits its chips) and build its pieces.
 
@@ -79,19 +97,33 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
     catalog = (catalog or Catalog.builtin()).extend(config.hardware, config.models)
     deployments: dict[str, DeploymentSpec] = {}
     for name, d in config.deployments.items():
+        hw = catalog.get_hardware(d.hardware)
+        # memory as the reference engine (vLLM, what `fastmode serve` imitates) accounts it:
+        # activations of a forward pass at the step budget and its own reserve per chip
         placement = Placement(
             catalog.get_model(d.model),
-            catalog.get_hardware(d.hardware),
+            hw,
             d.chips,
             d.precision,
             d.memory_utilization,
+            activation_tokens=d.max_batched_tokens,
+            reserved_gb=_reference_reserve(hw),
+            attention_dp=d.attention_dp,
         )
         if d.speculative is not None:
             sp = d.speculative
+            draft = (mtp_draft(placement.model) if sp.draft_model == "mtp"
+                     else catalog.get_model(sp.draft_model))
             placement = speculative_placement(
-                placement, catalog.get_model(sp.draft_model), sp.draft_chips, sp.draft_tokens,
-                sp.acceptance,
+                placement, draft, sp.draft_chips, sp.draft_tokens, sp.acceptance,
             )
+        prefill = None
+        if d.prefill_chips is not None:
+            prefill = Placement(placement.model, placement.hardware, d.prefill_chips,
+                                d.precision, d.memory_utilization,
+                                activation_tokens=d.max_batched_tokens,
+                                reserved_gb=_reference_reserve(hw),
+                                attention_dp=d.attention_dp)
         background = Background(
             d.background_seqs, d.background.context_tokens, d.background.prefill_tokens_per_step
         )
@@ -100,7 +132,8 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         demand = _tenants(config, name, d, placement, limits)
         if demand is not None:
             background = demand.background
-        spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand)
+        spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
+                              prefill)
         try:
             spec.new_scheduler()
         except ValueError as exc:

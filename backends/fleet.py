@@ -385,12 +385,12 @@ def build_fleet(
     if fleet is None:
         chips: dict[str, int] = {}
         for cfg, _ in deployments.values():
-            chips[cfg.hardware] = chips.get(cfg.hardware, 0) + cfg.chips * cfg.replicas
+            chips[cfg.hardware] = chips.get(cfg.hardware, 0) + cfg.replica_chips * cfg.replicas
         groups = {
             hw: NodeGroup(hw, hw, 1, n, n, hardware_price[hw]) for hw, n in chips.items()
         }
         pools = {
-            name: PoolSpec(name, cfg.hardware, cfg.chips, cfg.replicas, cfg.replicas,
+            name: PoolSpec(name, cfg.hardware, cfg.replica_chips, cfg.replicas, cfg.replicas,
                            cfg.replicas, spec.limits.max_batch, tenants.get(name))
             for name, (cfg, spec) in deployments.items()
         }
@@ -407,7 +407,7 @@ def build_fleet(
     pools = {}
     for name, (cfg, spec) in deployments.items():
         gname = by_hw[cfg.hardware]
-        per = -(-cfg.chips // groups[gname].chips_per_node)
+        per = -(-cfg.replica_chips // groups[gname].chips_per_node)
         pools[name] = PoolSpec(name, gname, per, cfg.replicas, cfg.min_replicas,
                                cfg.max_replicas, spec.limits.max_batch, tenants.get(name))
     return FleetSpec(fleet.policy, groups, pools, fleet.interval_s, fleet.reaction_s,

@@ -6,42 +6,48 @@ produces one token, and a chunk of prompt tokens (chunked prefill) may ride alon
     t_step = max( overlap(t_weights, t_gemm) + t_attention , t_layer_floor )
              + t_comm + t_hops + t_overhead
 
-- t_weights: the weights read once per step, shared by the whole batch (the reason batching pays),
-  at the achieved bandwidth ``mbu``. For a mixture-of-experts model only the experts the step's
-  tokens route to are read, so a small batch reads far less than the whole model.
-- t_gemm: 2 FLOPs per active parameter per token at the achieved GEMM rate; a GEMM over few
-  tokens still pays for a whole tile of rows (the FLOPs of max(T, gemm_min_tokens) tokens).
-  overlap(a, b) = max(a, b) + (1 - roofline_overlap) * min(a, b): the plain roofline's max
-  when the weight stream and the math overlap perfectly (roofline_overlap = 1), their sum
-  when they do not overlap at all (0); near the ridge neither hides the other.
-- t_attention: its own kernels, after the GEMMs of each layer (so added, not overlapped). Every
-  decoding sequence reads its own KV cache (never shared, never amortised) at ``mbu_kv`` of
-  peak, and does 4 * layers * heads * head_dim FLOPs per token of context; a prefill chunk does
-  the same FLOPs over the context it attends to and reads its prefix's KV once.
-- t_layer_floor: no layer finishes faster than a fixed latency (kernel launches on a GPU, the
-  per-layer pipeline latency on a wafer-scale chip). It binds at small batches.
-- t_comm: tensor parallelism's two all-reduces per layer: 2(N-1)/N * bytes / link for the data
-  plus a fixed latency a per all-reduce (engines use one-shot/two-shot all-reduce kernels over
-  NVLink for decode-sized messages, whose latency barely grows with N, not NCCL's ring with
-  its 2(N-1) steps).
-- t_hops: layer-wise sharding across wafers: one hop per chip boundary.
-- t_overhead: host-side scheduler work per step.
+- t_weights: the weights the busiest chip reads, shared by the whole batch, at ``mbu`` (only the
+  experts the step's tokens touch; the attention on every chip with attention data parallelism;
+  a whole expert group's with expert parallelism); the checkpoint's bytes by layer type.
+- t_gemm: 2 FLOPs per parameter per token, each layer type at its precision's rate, at an
+  efficiency that grows with the GEMM's rows (``gemm_half_tokens``; a tile of
+  ``gemm_min_tokens`` rows at least, per touched expert for grouped expert GEMMs).
+  overlap(a, b) = max(a, b) + (1 - roofline_overlap) * min(a, b).
+- t_attention: decode attention reads each sequence's KV (replicated KV heads once per copy) at
+  ``mbu_kv`` or does its FLOPs, whichever is slower; prefill attention at an efficiency that
+  grows with the attended length (``attention_half_tokens``).
+- t_layer_floor: no layer finishes faster than its kernels' latency (more kernels in an MoE or
+  an MLA layer); it binds at small batches and on wafers.
+- t_comm: tensor parallelism's collectives per layer (2(N-1)/N of the message plus a latency;
+  the scale-out network beyond the scale-up domain); t_hops: layer sharding's hops.
+- t_overhead: host work per step and per sequence.
 
-On top of the step, ``serving_steady_state`` and ``static_batch`` (perf_serving.py, re-exported
-here) turn steps into what benchmarks measure (TTFT, inter-token latency, throughput) for a
-closed-loop serving benchmark and for a static batch. See docs/performance-model.md for every
-term and its source.
+``step_terms`` holds the layout-dependent terms, ``memory`` the engine's memory accounting,
+``moe`` the expert arithmetic; ``serving_steady_state`` and ``static_batch`` (perf_serving)
+turn steps into what benchmarks measure. See docs/performance-model.md for every term.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from .memory import (
+    activation_bytes_per_chip,
+    attention_weight_bytes,
+    kv_memory_per_chip,
+    kv_replication,
+)
+from .moe import touched_expert_share
 from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
-
-ACTIVATION_BYTES = 2.0  # bf16 activations on the wire for all-reduces and hops
-ATTENTION_PRECISION = "bf16"  # attention math runs in 16-bit (FlashAttention-class kernels)
+from .step_terms import (
+    ACTIVATION_BYTES,
+    ATTENTION_PRECISION,
+    attention_rate,
+    comm_seconds,
+    gemm_rate,
+    gemm_seconds,
+    weights_seconds,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,15 @@ class Placement:
     ``kv_precision`` sets the KV cache's element type ("fp8" halves its bytes against "bf16",
     so twice the context fits); None keeps the model's ``kv_bytes_per_element`` or, without
     one, the weight precision.
+
+    Placement options (docs/performance-model.md, "Parallelism"): ``attention_dp`` runs the
+    attention data-parallel (each chip its own sequences, attention weights on every chip, no
+    KV replication) around tensor- or expert-parallel FFNs; ``expert_parallel`` spreads the
+    routed experts over that many groups of chips (whole experts per group, the busiest group
+    sets the pace). Memory (backends/memory.py): ``activation_tokens`` is the step token
+    budget whose activations the engine reserves, ``reserved_gb`` the engine's own reserve
+    per chip, ``kv_memory_fraction`` TensorRT-LLM's share of the memory left after them
+    (None: vLLM's ``memory_utilization`` of the whole chip).
     """
 
     model: ModelProfile
@@ -73,6 +88,11 @@ class Placement:
     # to heads / kv_heads when a kernel re-reads a GQA group's KV for each query head (the
     # generic masked-MHA kernels of TensorRT-LLM before XQA). An engine property.
     kv_read_factor: float = field(default=1.0, kw_only=True)
+    attention_dp: bool = field(default=False, kw_only=True)
+    expert_parallel: int = field(default=1, kw_only=True)
+    activation_tokens: int = field(default=0, kw_only=True)
+    reserved_gb: float = field(default=0.0, kw_only=True)
+    kv_memory_fraction: float | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -91,11 +111,22 @@ class Placement:
                 raise ProfileError(
                     f"kv_precision: unknown {self.kv_precision!r}; allowed: bf16, fp16, fp8, int8"
                 ) from None
+        ep = self.expert_parallel
+        if ep < 1 or ep > self.chips or self.chips % ep:
+            raise ProfileError(f"expert_parallel: must divide the chips ({self.chips}), got {ep}")
+        if ep > 1 and not self.model.is_moe:
+            raise ProfileError(f"expert_parallel: {self.model.name} has no experts")
+        if (self.attention_dp or ep > 1) and self.hardware.sharding != "tensor":
+            raise ProfileError("attention_dp / expert_parallel: need tensor-sharded chips")
+        if self.kv_memory_fraction is not None and not 0 < self.kv_memory_fraction <= 1:
+            raise ProfileError("kv_memory_fraction: must be in (0, 1]")
         self.hardware.peak_flops(self.precision)
-        if self.weight_bytes > self.usable_memory_bytes:
+        if self.kv_memory_bytes < 0:
+            need = self.chips * (self.weight_bytes_per_chip + self.engine_bytes_per_chip)
             raise ProfileError(
                 f"model {self.model.name!r} ({self.weight_bytes / 1e9:.0f} GB at "
-                f"{self.precision}) does not fit in {self.chips} x {self.hardware.name} "
+                f"{self.precision}, {need / 1e9:.0f} GB with the engine's activations and "
+                f"reserve) does not fit in {self.chips} x {self.hardware.name} "
                 f"({self.usable_memory_bytes / 1e9:.0f} GB usable); use more chips or a "
                 f"lower precision"
             )
@@ -104,11 +135,51 @@ class Placement:
 
     @property
     def weight_bytes(self) -> float:
+        """The checkpoint's bytes (one copy; attention data parallelism stores more)."""
         return self.model.weight_bytes(self.precision)
+
+    @property
+    def attention_weight_bytes(self) -> float:
+        return attention_weight_bytes(self.model, self.precision)
+
+    @property
+    def weight_bytes_per_chip(self) -> float:
+        """Weights one chip holds: a share of the checkpoint, the whole attention with
+        attention data parallelism (layer sharding: a share too)."""
+        w = self.weight_bytes
+        if self.attention_dp:
+            a = self.attention_weight_bytes
+            return a + (w - a) / self.chips
+        return w / self.chips
+
+    @property
+    def engine_bytes_per_chip(self) -> float:
+        """Activations at the step budget and the engine's own reserve, per chip."""
+        act = activation_bytes_per_chip(self.model, self.activation_tokens, self.chips,
+                                        self.attention_dp)
+        return act + self.reserved_gb * 1e9
 
     @property
     def usable_memory_bytes(self) -> float:
         return self.chips * self.hardware.memory_gb * 1e9 * self.memory_utilization
+
+    @property
+    def kv_memory_bytes(self) -> float:
+        """Memory the replica gives its KV cache (may be negative: does not fit)."""
+        taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
+        return self.chips * kv_memory_per_chip(self.hardware.memory_gb * 1e9, taken,
+                                               self.memory_utilization, self.kv_memory_fraction)
+
+    @property
+    def attention_tp(self) -> int:
+        """Chips one sequence's attention is split over."""
+        if self.attention_dp or self.hardware.sharding != "tensor":
+            return 1
+        return self.chips
+
+    @property
+    def kv_replication(self) -> float:
+        return kv_replication(self.model, self.attention_tp)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -116,14 +187,15 @@ class Placement:
 
     @property
     def kv_capacity_tokens(self) -> int:
-        """Tokens of context the replica can hold at once: memory minus weights, over KV/token."""
-        free = self.usable_memory_bytes - self.weight_bytes
-        return int(free // self.kv_bytes_per_token)
+        """Tokens of context the replica holds at once: its KV memory over the bytes a token
+        takes in it (replicated KV heads counted once per copy)."""
+        free = self.kv_memory_bytes
+        return max(0, int(free // (self.kv_bytes_per_token * self.kv_replication)))
 
     # -- the pieces of the roofline ---------------------------------------------------------
 
     @property
-    def _parallel_chips(self) -> int:
+    def parallel_chips(self) -> int:
         """Chips whose bandwidth and FLOP/s add up for one step.
 
         Tensor parallelism splits every layer, so all chips work on each token. Layer-wise
@@ -133,36 +205,37 @@ class Placement:
         return self.chips if self.hardware.sharding == "tensor" else 1
 
     def rates(self) -> tuple[float, float, float, float]:
-        """Achieved (weight bytes/s, KV bytes/s, GEMM FLOP/s, attention FLOP/s) of a step."""
+        """Achieved (weight bytes/s, KV bytes/s, large-GEMM FLOP/s, attention FLOP/s) of the
+        replica, at the asymptotic efficiencies (large GEMMs, long attention)."""
         hw = self.hardware
-        n = self._parallel_chips
+        n = self.parallel_chips
         peak_bw = n * hw.memory_bandwidth_tbs * 1e12
         gemm = n * hw.peak_flops(self.precision) * hw.gemm_efficiency(self.precision)
         attn = n * hw.peak_flops(ATTENTION_PRECISION) * hw.mfu
         return peak_bw * hw.mbu, peak_bw * hw.kv_bandwidth_efficiency, gemm, attn
 
     def weight_bytes_read(self, tokens: int) -> float:
-        """Weights one step reads when it processes ``tokens`` tokens."""
+        """Weights one step reads when it processes ``tokens`` tokens (the whole replica; the
+        input embedding table is a lookup, not read)."""
         m = self.model
-        if not m.is_moe:
-            return m.weight_bytes(self.precision)
-        # Each token routes to k of E experts; the expected share of experts touched by T
-        # tokens is 1 - (1 - k/E)^T (uniform routing).
-        touched = touched_expert_share(m.experts, m.experts_per_token, tokens)
-        return m.weight_bytes_touched(self.precision, touched)
+        share = touched_expert_share(m.experts, m.experts_per_token, tokens) if m.is_moe else 1
+        return m.read_bytes(self.precision, share)
 
-    def gemm_seconds(self, tokens: int) -> float:
-        """The GEMMs of a step of ``tokens`` tokens at their achieved rate (0 for no token)."""
-        if tokens <= 0:
-            return 0.0
-        _, _, gemm, _ = self.rates()
-        rows = max(float(tokens), self.hardware.gemm_min_tokens)
-        return 2.0 * self.model.active_params_b * 1e9 * rows / gemm
+    def gemm_seconds(self, tokens: int, sampled: int | None = None) -> float:
+        """The GEMMs of a step of ``tokens`` tokens (``step_terms.gemm_seconds``)."""
+        return gemm_seconds(self, tokens, sampled)
 
     @property
     def attention_flops_per_context_token(self) -> float:
-        m = self.model
-        return 4.0 * m.layers * m.heads * m.head_dim
+        """Decode attention FLOPs per token of context (MLA: over its latent)."""
+        return self.model.attention_flops_per_context_token(decode=True)
+
+    def _kv_seconds_per_token(self) -> float:
+        """Seconds of decode attention per token of context: its KV read (each replicated
+        copy read by its chip) or its math, whichever is slower."""
+        _, bw_kv, _, attn_rate = self.rates()
+        read = self.kv_bytes_per_token * self.kv_replication * self.kv_read_factor / bw_kv
+        return max(read, self.attention_flops_per_context_token / attn_rate)
 
     def step(
         self,
@@ -185,40 +258,37 @@ class Placement:
         tokens = decode_seqs + prefill_tokens
         if tokens == 0:
             return StepTime(0.0, "latency", {})
-        bw, bw_kv, _, attn_rate = self.rates()
-        kvb = self.kv_bytes_per_token
-        attn_flops = self.attention_flops_per_context_token
+        _, bw_kv, _, attn_rate = self.rates()
+        kvb = self.kv_bytes_per_token * self.kv_replication
 
-        t_weights = self.weight_bytes_read(tokens) / bw
-        t_gemm = self.gemm_seconds(tokens)
+        t_weights = weights_seconds(self, tokens)
+        t_gemm = gemm_seconds(self, tokens, decode_seqs + (1 if prefill_tokens else 0))
         # Decode attention: per token of context, a KV read and its FLOPs; whichever is slower.
         kv_read_dec = decode_context_tokens * kvb * self.kv_read_factor / bw_kv
-        attn_math_dec = decode_context_tokens * attn_flops / attn_rate
+        attn_math_dec = decode_context_tokens * self.attention_flops_per_context_token / attn_rate
         t_attn_dec = max(kv_read_dec, attn_math_dec)
-        # Prefill attention: FLOPs over the attended context; the prefix's KV read once
-        # (approximated by the chunk's mean attended context).
+        # Prefill attention: FLOPs over the attended context at the efficiency of its mean
+        # attended length; the prefix's KV read once (approximated by that mean).
         prefix = prefill_context_tokens / prefill_tokens if prefill_tokens else 0.0
         kv_read_pre = prefix * kvb / bw_kv
-        attn_math_pre = prefill_context_tokens * attn_flops / attn_rate
+        attn_math_pre = (prefill_context_tokens * m.attention_flops_per_context_token(False)
+                         / attention_rate(self, prefix)) if prefill_tokens else 0.0
         t_attn_pre = max(kv_read_pre, attn_math_pre)
-        t_floor = m.layers * hw.layer_latency_us * 1e-6
-
-        t_comm = 0.0
-        t_hops = 0.0
-        if self.chips > 1 and hw.sharding == "tensor":
-            msg = tokens * m.d_model * ACTIVATION_BYTES
-            c = self.chips
-            one = (
-                2 * (c - 1) / c * msg / (hw.interconnect_gbs * 1e9)
-                + hw.interconnect_latency_us * 1e-6
-            )
-            t_comm = 2 * m.layers * one
-        elif self.chips > 1:
-            per_hop = hw.interconnect_latency_us * 1e-6 + tokens * m.d_model * ACTIVATION_BYTES / (
-                hw.interconnect_gbs * 1e9
-            )
-            t_hops = (self.chips - 1) * per_hop
-        t_overhead = hw.step_overhead_ms * 1e-3
+        if self.attention_dp and prefill_tokens and self.parallel_chips > 1:
+            # a prompt chunk is one rank's: its attention (projections and math) runs on one
+            # chip while the others wait for it (TensorRT-LLM's "ADP Balance" tech blog 10: the
+            # slowest rank sets every iteration), not spread over all of them
+            rows = float(prefill_tokens)
+            proj = 2e9 * m.attention_params * rows / gemm_rate(self, self.precision, rows)
+            t_attn_pre += (self.parallel_chips - 1) * (proj + t_attn_pre)
+        t_floor = m.layers * 1e-6 * (hw.layer_latency_us
+                                      + (hw.moe_layer_latency_us if m.is_moe else 0.0)
+                                      + (hw.mla_layer_latency_us if m.is_mla else 0.0))
+        t_comm, t_hops = comm_seconds(self, tokens)
+        # host work: per step, and per sequence of it (each attention-DP rank runs its own)
+        seqs = decode_seqs + (1 if prefill_tokens else 0)
+        ranks = self.chips if self.attention_dp else 1
+        t_overhead = hw.step_overhead_ms * 1e-3 + hw.seq_overhead_us * 1e-6 * seqs / ranks
 
         roof = overlapped(t_weights, t_gemm, hw.roofline_overlap) + t_attn_dec + t_attn_pre
         core = max(roof, t_floor)
@@ -262,9 +332,7 @@ class Placement:
         b = base.breakdown
         if not b:
             return (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        _, bw_kv, _, attn_rate = self.rates()
-        k1 = max(self.kv_bytes_per_token * self.kv_read_factor / bw_kv,
-                 self.attention_flops_per_context_token / attn_rate)
+        k1 = self._kv_seconds_per_token()
         w = overlapped(b["weights_s"], b["compute_s"], self.hardware.roofline_overlap)
         w += b["attention_s"]
         fixed = b["comm_s"] + b["hops_s"] + b["overhead_s"]
@@ -309,12 +377,6 @@ def overlapped(a: float, b: float, overlap: float) -> float:
 def prefill_attention_context(chunk: int, already: int) -> float:
     """Sum over a chunk's tokens of the context each attends to (causal)."""
     return chunk * already + chunk * chunk / 2
-
-
-def touched_expert_share(experts: int, per_token: int, tokens: int) -> float:
-    if experts <= 0:
-        return 1.0
-    return 1.0 - math.pow(1.0 - per_token / experts, tokens)
 
 
 # The workloads built from steps (closed-loop serving, static batches) live in perf_serving;

@@ -152,43 +152,56 @@ def _spread(p: Placement, concurrency: int, b: int, prompt: int, output: int,
       prompts of the other users;
 
     (and ``lag_steps`` mean steps if the engine schedules ahead) then takes its own S. Its
-    decode window sees lambda_o * k prefill steps per second and
+    decode window sees lambda_o k prefill steps per second and
     decode steps in the rest of the time, so ITL = 1 / (lambda_o k + (1 - rho) / t_dec). The
     closed loop fixes lambda: B / lambda = TTFT + (output - 1) * ITL (solved by bisection;
     the right side grows with lambda, the left falls).
     """
-    decode_steps = max(0, output - 1)
-    room = max(1, budget - (b - 1))  # the step budget left beside the others' decode tokens
-    k = math.ceil(prompt / room)
-    chunk = max(1, round(prompt / k))
-    done = 0 if k == 1 else (prompt - chunk) // 2  # a chunk mid-way through its prompt
-    ctx = prompt + output / 2  # mean context of a decoding sequence
-    dec = b - 1
-    t_pre = p.step_seconds(dec, dec * ctx, chunk, prefill_attention_context(chunk, done))
-    t_dec = p.step_seconds(b, b * ctx)
-    t_idle = p.step_seconds(dec, dec * ctx) if dec else 0.0  # the others' step in progress
-    service = k * t_pre
-    share = dec / b
-
-    def at(lam: float) -> tuple[float, float, float, float, float]:
-        lo = lam * share
-        rho = min(lo * service, _RHO_MAX)
-        itl = 1.0 / (lo * k + (1.0 - rho) / t_dec) if decode_steps else t_pre
-        wait = min(lo * service * service / (2.0 * (1.0 - rho)), dec * service)
-        wait += (1.0 - rho) * t_idle / 2.0 + max(0, lag_steps) * itl
-        ttft = wait + service + overhead
-        return ttft, itl, ttft + decode_steps * itl, wait, lo * k * itl
-
-    lo_lam, hi_lam = 0.0, b / (service + overhead + decode_steps * t_dec)
+    m = SpreadModel(p, b, prompt, output, budget, lag_steps, overhead, (b - 1) / b)
+    lo_lam, hi_lam = 0.0, b / (m.service + overhead + m.decode_steps * m.t_dec)
     for _ in range(60):
         mid = (lo_lam + hi_lam) / 2
-        if mid > 0 and b / mid > at(mid)[2]:
+        if mid > 0 and b / mid > m.at(mid)[2]:
             lo_lam = mid
         else:
             hi_lam = mid
-    ttft, itl, cycle, wait, prefill_share = at(lo_lam if lo_lam > 0 else hi_lam)
-    return _closed_loop(concurrency, b, output, ttft, itl, cycle, t_dec,
+    ttft, itl, cycle, wait, prefill_share = m.at(lo_lam if lo_lam > 0 else hi_lam)
+    return _closed_loop(concurrency, b, output, ttft, itl, cycle, m.t_dec,
                         min(1.0, prefill_share), wait)
+
+
+class SpreadModel:
+    """The figures of ``b`` sequences running with independent arrivals, as functions of the
+    arrival rate (``_spread``'s queue model; ``share`` of the arrivals are the others')."""
+
+    def __init__(self, p: Placement, b: int, prompt: int, output: int, budget: int,
+                 lag_steps: int, overhead: float, share: float) -> None:
+        self.decode_steps = max(0, output - 1)
+        room = max(1, budget - (b - 1))  # the step budget left beside the others' decodes
+        self.k = math.ceil(prompt / room)
+        chunk = max(1, round(prompt / self.k))
+        done = 0 if self.k == 1 else (prompt - chunk) // 2  # a chunk mid-way through its prompt
+        ctx = prompt + output / 2  # mean context of a decoding sequence
+        self.dec = dec = b - 1
+        self.t_pre = p.step_seconds(dec, dec * ctx, chunk, prefill_attention_context(chunk, done))
+        self.t_dec = p.step_seconds(b, b * ctx)
+        self.t_idle = p.step_seconds(dec, dec * ctx) if dec else 0.0  # the step in progress
+        self.service = self.k * self.t_pre
+        self.share, self.lag, self.overhead = share, lag_steps, overhead
+
+    def at(self, lam: float) -> tuple[float, float, float, float, float]:
+        """(TTFT, ITL, request latency, prefill wait, share of steps carrying a prompt)."""
+        lo = lam * self.share
+        s = self.service
+        rho = min(lo * s, _RHO_MAX)
+        itl = 1.0 / (lo * self.k + (1.0 - rho) / self.t_dec) if self.decode_steps else self.t_pre
+        wait = min(lo * s * s / (2.0 * (1.0 - rho)), self.dec * s)
+        wait += (1.0 - rho) * self.t_idle / 2.0 + max(0, self.lag) * itl
+        ttft = wait + s + self.overhead
+        return ttft, itl, ttft + self.decode_steps * itl, wait, lo * self.k * itl
+
+    def saturated(self, lam: float) -> bool:
+        return lam * self.share * self.service >= _RHO_MAX
 
 
 def finite_run_throughput(w: Workload, requests: int) -> float:
@@ -246,5 +259,5 @@ def static_batch(
     )
 
 
-__all__ = ["ARRIVALS", "Workload", "batch_that_fits", "finite_run_throughput",
+__all__ = ["ARRIVALS", "SpreadModel", "Workload", "batch_that_fits", "finite_run_throughput",
            "serving_steady_state", "static_batch"]

@@ -46,8 +46,10 @@ def operating_step_seconds(placement: Placement, background: Background) -> floa
     )
 
 
-def hardware_cost_per_token(placement: Placement, background: Background) -> float:
-    """USD of hardware time per output token at the deployment's modeled operating point."""
-    hourly = placement.chips * placement.hardware.price_per_hour_usd
+def hardware_cost_per_token(placement: Placement, background: Background,
+                            extra_chips: int = 0) -> float:
+    """USD of hardware time per output token at the deployment's modeled operating point
+    (``extra_chips``: a disaggregated deployment's prefill chips, paid as well)."""
+    hourly = (placement.chips + extra_chips) * placement.hardware.price_per_hour_usd
     step = operating_step_seconds(placement, background)
     return hourly / 3600.0 * step / (background.seqs + 1)

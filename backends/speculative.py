@@ -29,7 +29,7 @@ steps them one by one (exact, slower).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .perf import Placement, StepTime
 from .profiles import ModelProfile
@@ -114,14 +114,35 @@ class SpeculativePlacement(Placement):
         return StepTime((verify.total_s + drafting) / e, verify.bound, parts)
 
 
+def mtp_draft(model: ModelProfile) -> ModelProfile:
+    """The model's own multi-token-prediction module as a draft (DeepSeek-V3's MTP: one more
+    transformer block of the model's shape sharing its embeddings and LM head, "DeepSeek-V3
+    Technical Report" section 2.2): one layer's parameters plus the LM head, one layer of KV."""
+    layers = max(1, model.layers)
+    emb = model.embedding_params_b
+    body = (model.total_params_b - emb) / layers
+    experts = model.expert_params_b / layers
+    attn = model.attention_params / layers
+    return replace(
+        model, name=f"{model.name}-mtp", layers=1, total_params_b=body + emb,
+        active_params_b=(model.active_params_b - emb) / layers + emb,
+        expert_params_b=experts, attention_params_b=attn,
+        bf16_params_b=None if model.bf16_params_b is None else min(
+            model.bf16_params_b, emb + (model.bf16_params_b - emb) / layers),
+        description=f"multi-token-prediction layer of {model.name}",
+    )
+
+
 def speculative_placement(
     target: Placement, draft_model: ModelProfile, draft_chips: int, draft_tokens: int,
     acceptance: float,
 ) -> SpeculativePlacement:
     """``target`` with a draft of ``draft_model`` (a ``ModelProfile``) on ``draft_chips`` of
-    its chips, same precision."""
-    draft = replace(target, model=draft_model, chips=min(draft_chips, target.chips))
-    return SpeculativePlacement(
-        target.model, target.hardware, target.chips, target.precision,
-        target.memory_utilization, target.kv_precision, draft, draft_tokens, acceptance,
-    )
+    its chips, same precision and placement options."""
+    chips = min(draft_chips, target.chips)
+    ep = target.expert_parallel if draft_model.is_moe and chips % target.expert_parallel == 0 \
+        else 1
+    draft = replace(target, model=draft_model, chips=chips, expert_parallel=ep)
+    base = {f.name: getattr(target, f.name) for f in fields(Placement)}
+    return SpeculativePlacement(**base, draft=draft, draft_tokens=draft_tokens,
+                                acceptance=acceptance)

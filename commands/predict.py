@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from backends.predict import PredictError, predict_placement, predict_tier
+from backends.predict import PlacementOptions, PredictError, predict_placement, predict_tier
 from backends.profiles import Catalog
 from backends.reasoning import EFFORTS
 
@@ -24,12 +24,39 @@ def register(subparsers: Any) -> None:
     p.add_argument("--model", help="model profile (backends/data/models.toml or the config)")
     p.add_argument("--hardware", help="hardware profile (backends/data/hardware.toml)")
     p.add_argument("--chips", type=int, help="chips in one replica")
-    p.add_argument("--precision", default="bf16", help="weight precision (default bf16)")
+    p.add_argument("--precision", help="weight precision: bf16, fp16, fp8, int8, fp4 (NVFP4; "
+                   "nvfp4), mxfp4 (default: the model's checkpoint, e.g. mxfp4 for gpt-oss)")
     p.add_argument("--batch", type=int, default=1, help="sequences decoding together")
     p.add_argument("--kv-precision", help="KV-cache precision (default: the model's, else the "
                    "weights'; fp8 halves KV bytes)")
     p.add_argument("--max-batch", type=int, default=256,
                    help="sequences a replica runs at once (placement; default 256)")
+    p.add_argument("--engine", help="serving engine whose overheads, kernels and memory rule "
+                   "apply (backends/data/engines.toml: vllm, sglang, trtllm, ...); its time to "
+                   "the first token is then in TTFT, as a benchmark of it measures")
+    p.add_argument("--memory-fraction", type=float,
+                   help="the engine's memory share (vLLM gpu_memory_utilization, TensorRT-LLM "
+                   "kv_cache_free_gpu_mem_fraction, SGLang mem_fraction_static)")
+    p.add_argument("--attention-dp", action="store_true",
+                   help="attention data parallel: each chip its own sequences' attention and "
+                   "KV (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp)")
+    p.add_argument("--expert-parallel", type=int, default=1, metavar="N",
+                   help="spread the routed experts over N groups of chips (N divides --chips)")
+    p.add_argument("--speculative", metavar="DRAFT",
+                   help="speculative decoding with this draft model, or 'mtp' (the model's "
+                   "own multi-token-prediction layer)")
+    p.add_argument("--draft-tokens", type=int, default=4, help="tokens drafted per step (k)")
+    p.add_argument("--acceptance", type=float, default=0.7,
+                   help="per-token acceptance rate of the drafts (alpha, 0-1)")
+    p.add_argument("--draft-chips", type=int, help="chips the draft runs on (default: all)")
+    p.add_argument("--prefill-chips", type=int, metavar="N",
+                   help="prefill/decode disaggregation: prompts on a separate replica of N "
+                   "chips, the KV shipped to the decode replica (--chips)")
+    p.add_argument("--arrivals", choices=["closed", "poisson"], default="closed",
+                   help="closed: --batch users in a closed loop (default); poisson: open-loop "
+                   "arrivals at --rate (fastmode simulate --json runs them with variable "
+                   "lengths and several replicas)")
+    p.add_argument("--rate", type=float, help="requests/s with --arrivals poisson")
     p.add_argument("--tier", help="a tier of the config, under its background load")
     p.add_argument("--config", help="config file (default: the built-in one)")
     p.add_argument("--prompt-tokens", type=int, default=2000)
@@ -127,7 +154,9 @@ def _effort_table(args: argparse.Namespace) -> int:
 
 
 def _predict_tier(args: argparse.Namespace) -> dict[str, Any]:
-    stray = [f"--{n}" for n in ("model", "hardware", "chips") if getattr(args, n)]
+    stray = [f"--{n.replace('_', '-')}" for n in (
+        "model", "hardware", "chips", "engine", "speculative", "prefill_chips", "rate")
+        if getattr(args, n)]
     if stray:
         raise UsageError(f"tier: --tier cannot be combined with {', '.join(stray)}")
     spec, ref = load_engine(args.config)
@@ -161,6 +190,25 @@ def _predict_placement(args: argparse.Namespace) -> dict[str, Any]:
         args.max_batched_tokens,
         kv_precision=args.kv_precision,
         max_batch=args.max_batch,
+        options=placement_options(args),
+    )
+
+
+def placement_options(args: argparse.Namespace) -> PlacementOptions:
+    """The serving options of the flags; a usage error names the flag that is wrong."""
+    if args.arrivals == "poisson" and args.rate is None:
+        raise UsageError("rate: --arrivals poisson needs --rate (requests/s)")
+    if args.rate is not None and args.arrivals != "poisson":
+        raise UsageError("rate: give --arrivals poisson with --rate")
+    for flag in ("expert_parallel", "draft_tokens"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"{flag.replace('_', '-')}: must be >= 1")
+    return PlacementOptions(
+        engine=args.engine, attention_dp=args.attention_dp,
+        expert_parallel=args.expert_parallel, memory_fraction=args.memory_fraction,
+        speculative=args.speculative, draft_tokens=args.draft_tokens,
+        acceptance=args.acceptance, draft_chips=args.draft_chips,
+        prefill_chips=args.prefill_chips, rate=args.rate,
     )
 
 
@@ -174,9 +222,17 @@ def print_prediction(o: dict[str, Any]) -> None:
             f"({o['background_seqs']} background)"
         )
     else:
+        load = (f"{o['rate']:g} req/s (Poisson)" if o.get("arrivals") == "poisson"
+                else f"batch {o['batch']}")
+        how = ", ".join(x for x in (
+            o.get("engine") and f"engine {o['engine']}",
+            o.get("attention_dp") and "attention DP",
+            (o.get("expert_parallel") or 1) > 1 and f"EP {o['expert_parallel']}",
+            o.get("speculative") and f"speculative {o['speculative']}",
+            o.get("prefill_chips") and f"+ {o['prefill_chips']} prefill chips") if x)
         title = (
-            f"{o['model']} on {o['chips']} x {o['hardware']} ({o['precision']}), "
-            f"batch {o['batch']}"
+            f"{o['model']} on {o['chips']} x {o['hardware']} ({o['precision']}), {load}"
+            + (f" ({how})" if how else "")
         )
     con.print(title)
     t = table(["", "value"])

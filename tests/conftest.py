@@ -67,11 +67,13 @@ def quick_config_text(text: str | None = None, k: float = QUICK) -> str:
         assert name not in raw.get("hardware", {}), f"{name}: a profile of the config's own"
         hw = dataclasses.asdict(catalog.get_hardware(name))
         del hw["name"]
-        for key in ("memory_bandwidth_tbs", "interconnect_gbs", "price_per_hour_usd"):
+        for key in ("memory_bandwidth_tbs", "interconnect_gbs", "price_per_hour_usd",
+                    "scale_out_gbs"):
             hw[key] *= k
         hw["tflops"] = {p: v * k for p, v in hw["tflops"].items()}
         for key in ("interconnect_latency_us", "step_overhead_ms", "layer_latency_us",
-                    "request_overhead_ms"):
+                    "request_overhead_ms", "seq_overhead_us", "moe_layer_latency_us",
+                    "mla_layer_latency_us", "scale_out_latency_us"):
             hw[key] /= k
         body = "\n".join(f"{key} = {_toml(v)}" for key, v in hw.items() if v is not None)
         tables.append(f"[hardware.{name}]  # tests: {k:g}x faster\n{body}\n")

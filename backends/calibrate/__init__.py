@@ -13,7 +13,8 @@ Five pieces, all pure functions over plain data:
   (``FIT_PARAMS``) and the engines' terms to minimise the weighted squared log errors of the
   figures plus a weak pull towards the hand-set estimates, by coordinate search: one parameter
   at a time, a golden-section search over its (log) range, repeated until nothing moves.
-  Deterministic, no scipy.
+  Deterministic, no scipy. Figures of a regime the model does not model (``scope``: MoE runs
+  with thousands of sequences queued) are scored, not fitted.
 - **Engines** (``engines``): the software terms of a measurement (request and step
   overheads, GQA KV reads, kernel efficiency scales), one profile per engine generation in
   ``backends/data/engines.toml``, matched by a figure's ``engine``; fitted in the pooled stage.
@@ -35,5 +36,7 @@ from .fit import *  # noqa: F403
 from .fit import __all__ as _fit
 from .profile_io import *  # noqa: F403
 from .profile_io import __all__ as _io
+from .scope import *  # noqa: F403
+from .scope import __all__ as _scope
 
-__all__ = [*_figures, *_fit, *_cv, *_engines, *_io]
+__all__ = [*_figures, *_fit, *_cv, *_engines, *_io, *_scope]

@@ -6,6 +6,10 @@ LMDeploy TurboMind...). What the engine does, not the chip, sets some terms of t
 - ``request_overhead_ms``: time to the first token besides the engine steps (API server,
   tokenizer, detokenizer, streaming); only serving benchmarks see it;
 - ``step_overhead_ms``: host work per step (scheduler, launches not captured in a graph);
+- memory (not fitted; each engine's rule, backends/memory.py): ``kv_memory`` "total" (vLLM:
+  ``memory_fraction`` of the chip minus weights, activations at the step budget and
+  ``reserved_gb``), "free" (TensorRT-LLM: ``memory_fraction`` of what is left after them) or
+  "static" (SGLang: ``memory_fraction`` of the chip for weights and KV);
 - ``gqa_reread``: how much of a GQA group's KV a decode-attention kernel reads again for each
   query head (0: once per group, FlashAttention / FlashInfer / XQA; 1: once per query head,
   TensorRT-LLM's masked-MHA kernel before XQA). The placement reads
@@ -29,7 +33,7 @@ from typing import Any
 from ..profiles import HardwareProfile, ModelProfile
 
 ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
-                 "compute_scale")
+                 "compute_scale", "seq_overhead_us")
 REFERENCE_ENGINE = "vllm"  # the engine whose terms the hardware profiles carry (fastmode serve)
 
 
@@ -42,6 +46,11 @@ class EngineProfile:
     gqa_reread: float = 0.0
     bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
     compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
+    seq_overhead_us: float = 2.0  # host work per sequence of a step
+    # memory accounting (not fitted): its rule, its default share, its own reserve per chip
+    kv_memory: str = "total"
+    memory_fraction: float = 0.9
+    reserved_gb: float = 2.5
     description: str = ""
     sources: tuple[str, ...] = field(default=())  # documentation: where its terms come from
 
@@ -61,10 +70,23 @@ class EngineProfile:
         bw, fl = self.bandwidth_scale, self.compute_scale
         return replace(
             hw, request_overhead_ms=self.request_overhead_ms,
-            step_overhead_ms=self.step_overhead_ms, mbu=min(1.0, hw.mbu * bw),
+            step_overhead_ms=self.step_overhead_ms, seq_overhead_us=self.seq_overhead_us,
+            mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
             mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),
+            mfu_fp4=None if hw.mfu_fp4 is None else min(1.0, hw.mfu_fp4 * fl),
         )
+
+    def memory(self, fraction: float | None, budget: int) -> dict[str, Any]:
+        """Placement memory arguments of this engine at its share ``fraction`` (None: its
+        default) and a step budget of ``budget`` tokens (its activations)."""
+        share = self.memory_fraction if fraction is None else fraction
+        if self.kv_memory == "static":
+            return {"memory_utilization": share}
+        args: dict[str, Any] = {"activation_tokens": budget, "reserved_gb": self.reserved_gb}
+        if self.kv_memory == "free":
+            return {**args, "memory_utilization": 1.0, "kv_memory_fraction": share}
+        return {**args, "memory_utilization": share}
 
     def kv_read_factor(self, model: ModelProfile) -> float:
         group = model.heads / model.kv_heads if model.kv_heads else 1.0
@@ -81,6 +103,8 @@ def engines_from_toml(text: str) -> dict[str, EngineProfile]:
         raw = dict(raw)
         raw["match"] = tuple(raw.get("match", ()))
         raw["sources"] = tuple(raw.get("sources", ()))
+        if raw.get("kv_memory", "total") not in KV_MEMORY_RULES:
+            raise ValueError(f"engines.{name}.kv_memory: one of {', '.join(KV_MEMORY_RULES)}")
         out[name] = EngineProfile(name=name, **raw)
     return out
 
@@ -95,19 +119,85 @@ def load_engines() -> dict[str, EngineProfile]:
 # their sources there): 5 ms before the first token, 1 ms of host work per step, and a GQA
 # group's KV read once, except TensorRT-LLM before its XQA kernel (read once per query head).
 _ENGINE_PRIOR = {"request_overhead_ms": 5.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
-                 "bandwidth_scale": 1.0, "compute_scale": 1.0}
+                 "bandwidth_scale": 1.0, "compute_scale": 1.0, "seq_overhead_us": 2.0}
 ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm-pre-xqa": {**_ENGINE_PRIOR, "gqa_reread": 1.0},
     "trtllm-xqa": dict(_ENGINE_PRIOR),
+    "trtllm-cpp": dict(_ENGINE_PRIOR),
     "trtllm": dict(_ENGINE_PRIOR),
+    "vllm-rocm": dict(_ENGINE_PRIOR),
     "vllm": dict(_ENGINE_PRIOR),
     "lmdeploy": dict(_ENGINE_PRIOR),
+    "sglang": dict(_ENGINE_PRIOR),
+    "atom": dict(_ENGINE_PRIOR),
+    "atom-2026": dict(_ENGINE_PRIOR),
 }
+KV_MEMORY_RULES = ("total", "free", "static")
+# Each engine's relatives, nearest first: an engine that no figure of a fit was measured on
+# takes, term by term, the fitted value of the first relative whose figures inform that term
+# (``inherit_engines``), instead of its hand prior. The lineage is the code's, not a fit's:
+# - TensorRT-LLM: one C++ runtime, v0.5/0.6 (trtllm-pre-xqa) -> v0.7/0.8 with XQA (trtllm-xqa)
+#   -> v0.9+ and NIM (trtllm-cpp), whose kernels (XQA, the cutlass / trtllm-gen GEMMs, the
+#   all-reduce plugins) the PyTorch backend (trtllm, v0.19+) calls: each generation's nearest
+#   relatives are the ones next to it (the XQA blog; the perf overview measures both runtimes on
+#   one page); the masked-MHA GQA reads (gqa_reread) stay pre-XQA's own;
+# - vllm-rocm -> vllm: AMD's ROCm builds of the same vLLM scheduler and API server;
+# - atom <-> atom-2026 (two generations of AMD's ATOM: 0.1.1 on ROCm 7.1, late 2025, and the
+#   ROCm 7.2 builds of 2026), then vllm-rocm: ATOM is "a lightweight vLLM-like implementation"
+#   on the AITER kernels vLLM-ROCm also uses (ROCm/ATOM README);
+# - sglang -> vllm: SGLang began on vLLM's model layers and shares FlashInfer's kernels.
+# LMDeploy's TurboMind has no relative among them (its own C++ engine): its priors stand.
+ENGINE_RELATIVES: dict[str, tuple[str, ...]] = {
+    "trtllm-pre-xqa": ("trtllm-xqa", "trtllm-cpp", "trtllm"),
+    "trtllm-xqa": ("trtllm-pre-xqa", "trtllm-cpp", "trtllm"),
+    "trtllm-cpp": ("trtllm-xqa", "trtllm", "trtllm-pre-xqa"),
+    "trtllm": ("trtllm-cpp", "trtllm-xqa", "trtllm-pre-xqa"),
+    "vllm-rocm": ("vllm",),
+    "atom": ("atom-2026", "vllm-rocm", "vllm"),
+    "atom-2026": ("atom", "vllm-rocm", "vllm"),
+    "sglang": ("vllm",),
+}
+# Terms that are a kernel's property, never inherited (the prior says what the kernel does)
+OWN_TERMS = ("gqa_reread",)
 
 
 def engine_priors(engines: Engines) -> dict[str, EngineProfile]:
     """The engines reset to their priors (ENGINE_PRIORS; the profile's own values otherwise)."""
     return {n: e.with_values(ENGINE_PRIORS.get(n, e.values())) for n, e in engines.items()}
+
+
+def ancestors(name: str) -> list[str]:
+    """``name``'s relatives (``ENGINE_RELATIVES``), nearest first."""
+    return list(ENGINE_RELATIVES.get(name, ()))
+
+
+def inherit_engines(
+    engines: Mapping[str, EngineProfile], informs: Mapping[str, frozenset[str]],
+    passes: Mapping[str, frozenset[str]],
+) -> dict[str, EngineProfile]:
+    """Engines with the terms no figure informed filled from their nearest ancestor's.
+
+    ``informs[engine]`` names the terms the fit's figures of that engine inform (empty or
+    absent: no figure of it), ``passes[engine]`` those it may pass on (a subset: what its
+    figures tell apart from their conditions). An engine keeps every term its own figures
+    inform; each other term comes from the nearest ancestor that passes it, else it keeps its
+    prior. So a cross-validation fold holding out an engine's only source sees its lineage's
+    fitted terms, not a hand prior.
+    """
+    out = dict(engines)
+    for name, e in engines.items():
+        mine = informs.get(name, frozenset())
+        values: dict[str, float] = {}
+        for term in ENGINE_PARAMS:
+            if term in OWN_TERMS or term in mine:
+                continue  # a kernel's own property, or measured: its own fit
+            for anc in ancestors(name):
+                if anc in engines and term in passes.get(anc, frozenset()):
+                    values[term] = getattr(engines[anc], term)
+                    break
+        if values:
+            out[name] = e.with_values(values)
+    return out
 
 
 def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
@@ -120,12 +210,17 @@ def engine_for(engine: str, engines: Engines | None) -> EngineProfile | None:
 
 __all__ = [
     "ENGINE_PARAMS",
+    "ENGINE_RELATIVES",
     "ENGINE_PRIORS",
+    "KV_MEMORY_RULES",
+    "OWN_TERMS",
     "REFERENCE_ENGINE",
     "EngineProfile",
     "Engines",
     "engine_for",
+    "ancestors",
     "engine_priors",
     "engines_from_toml",
+    "inherit_engines",
     "load_engines",
 ]

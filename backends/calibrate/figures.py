@@ -13,6 +13,7 @@ from typing import Any
 from ..perf import Placement, Workload, serving_steady_state, static_batch
 from ..perf_serving import finite_run_throughput
 from ..profiles import Catalog, ProfileError
+from ..speculative import mtp_draft, speculative_placement
 from .engines import Engines, engine_for, load_engines
 
 SCENARIOS = ("static", "serving")
@@ -63,6 +64,19 @@ class Figure:
     # tokens / wall time: with lengths that vary, the ragged drain of the last requests is
     # included; fixed lengths finish in whole waves); None: the steady state
     requests: int | None = None
+    # placement options (docs/performance-model.md, "Parallelism"): attention data parallel
+    # (TensorRT-LLM enable_attention_dp, SGLang --enable-dp-attention), expert-parallel groups
+    attention_dp: bool = False
+    expert_parallel: int = 1
+    # the engine's memory share (vLLM gpu_memory_utilization, TensorRT-LLM
+    # kv_cache_free_gpu_mem_fraction, SGLang mem_fraction_static); None: the engine's default
+    memory_fraction: float | None = None
+    # speculative decoding: "mtp" (the model's own multi-token-prediction layer) or a draft
+    # model of models.toml, drafting draft_tokens per step, each accepted with probability
+    # acceptance (as published, or derived from a published acceptance length)
+    speculative: str = ""
+    draft_tokens: int = 0
+    acceptance: float = 0.0
     engine: str = ""
     where: str = ""
     url: str = ""
@@ -99,6 +113,9 @@ def figure_from_dict(raw: Mapping[str, Any], index: int = 0) -> Figure:
         raise CalibrationError(f"{where}.value: must be > 0")
     if not 0 < fig.length_ratio <= 1:
         raise CalibrationError(f"{where}.length_ratio: must be in (0, 1]")
+    if fig.speculative and not (fig.draft_tokens >= 1 and 0 < fig.acceptance < 1):
+        raise CalibrationError(f"{where}.speculative: needs draft_tokens >= 1 and acceptance "
+                               "in (0, 1)")
     return fig
 
 
@@ -149,13 +166,25 @@ def workload(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> W
     model = catalog.get_model(fig.model)
     hw = catalog.get_hardware(fig.hardware)
     eng = engine_for(fig.engine, shipped_engines() if engines is None else engines)
+    if fig.max_batched_tokens is not None:
+        budget = fig.max_batched_tokens
+    else:
+        budget = 8192 if fig.scenario == "serving" else min(16384, fig.batch * fig.prompt_tokens)
+    memory: dict[str, Any]
     if eng is not None and hw.kind == "gpu":
         hw = eng.hardware(hw)
         read = eng.kv_read_factor(model)
+        memory = eng.memory(fig.memory_fraction, budget)
     else:
         read = 1.0
-    p = Placement(model, hw, fig.chips, fig.precision, kv_precision=fig.kv_precision,
-                  kv_read_factor=read)
+        memory = {"memory_utilization": fig.memory_fraction or 0.9}
+    p: Placement = Placement(model, hw, fig.chips, fig.precision, kv_precision=fig.kv_precision,
+                             kv_read_factor=read, attention_dp=fig.attention_dp,
+                             expert_parallel=fig.expert_parallel, **memory)
+    if fig.speculative:
+        draft = mtp_draft(model) if fig.speculative == "mtp" else catalog.get_model(
+            fig.speculative)
+        p = speculative_placement(p, draft, fig.chips, fig.draft_tokens, fig.acceptance)
     if fig.scenario == "static":
         return static_batch(p, fig.batch, fig.prompt_tokens, fig.output_tokens,
                             fig.max_batched_tokens, request_overhead=True)

@@ -3,105 +3,39 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..profiles import Catalog, HardwareProfile
-from .engines import REFERENCE_ENGINE, EngineProfile, Engines
+from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
+from .engines import REFERENCE_ENGINE, EngineProfile, Engines, inherit_engines
 from .figures import CalibrationError, Figure, predict_si
+from .lineage import informed_terms, measured_sibling
+from .params import (
+    CHIP,
+    CHIP_EFFICIENCIES,
+    EFFICIENCIES,
+    ENGINE_SPECS,
+    FIT_PARAMS,
+    GPU_PRIOR,
+    PARAMS,
+    PRIOR_WEIGHT,
+    PRIORS,
+    SHARED,
+    Param,
+)
+from .scope import fitted_figures
+from .search import coordinate_search, param
 
-
-@dataclass(frozen=True)
-class Param:
-    """A fitted field of HardwareProfile: its range and how it is searched.
-
-    The search runs over log(value + offset) (``offset`` > 0 lets a field reach 0);
-    ``sigma`` is the width of the pull towards the prior in that coordinate.
-    """
-
-    name: str
-    lo: float
-    hi: float
-    sigma: float
-    offset: float = 0.0
-
-    def to_x(self, v: float) -> float:
-        return math.log(max(v, self.lo) + self.offset)
-
-    def from_x(self, x: float) -> float:
-        return min(self.hi, max(self.lo, math.exp(x) - self.offset))
-
-
-PARAMS: dict[str, Param] = {p.name: p for p in (
-    Param("mbu", 0.3, 0.92, 0.25),
-    Param("mbu_kv", 0.15, 0.92, 0.4),
-    Param("mfu", 0.15, 0.95, 0.25),
-    Param("mfu_fp8", 0.1, 0.95, 0.3),
-    Param("step_overhead_ms", 0.02, 15.0, 1.0),
-    Param("layer_latency_us", 0.5, 80.0, 0.7),
-    Param("interconnect_latency_us", 0.5, 100.0, 0.7),
-    Param("gemm_min_tokens", 1.0, 1024.0, 1.0),
-    Param("roofline_overlap", 0.0, 1.0, 1.0, offset=0.1),
-    Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
-)}
-# An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
-ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
-    Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
-    Param("step_overhead_ms", 0.02, 15.0, 1.0),
-    Param("gqa_reread", 0.0, 1.0, 1.0, offset=0.1),
-    Param("bandwidth_scale", 0.5, 1.5, 0.15),
-    Param("compute_scale", 0.4, 2.0, 0.25),
-)}
-# Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
-SHARED = ("gemm_min_tokens", "roofline_overlap")
-# Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
-# (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
-EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "step_overhead_ms")
-CHIP_EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8")
-# Properties of the chip and its interconnect: fitted per hardware, pulled to the hand prior.
-CHIP = ("layer_latency_us", "interconnect_latency_us")
-FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
-
-# The hand-set estimates every fit starts from and is pulled towards: the values of
-# backends/data/hardware.toml before any fit (MBU/MFU inside the reference's published ranges,
-# MBU 0.55-0.75 and MFU 0.35-0.65; overheads and latencies as documented there; the all-reduce
-# latency is what its ring model gave for 8 chips, 2 x 7 x alpha). KV-read
-# efficiency and fp8 GEMM efficiency start equal to mbu and mfu. Shared engine terms start at
-# a 64-row GEMM tile, a plain max roofline (overlap 1) and 5 ms of request handling. Kept
-# here (not read back from hardware.toml) so that a refit is reproducible.
-_SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0}
-PRIORS: dict[str, dict[str, float]] = {
-    "a100-40g": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 8.0,
-                 "interconnect_latency_us": 35.0, **_SHARED_PRIOR},
-    "a100-80g": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 8.0,
-                 "interconnect_latency_us": 35.0, **_SHARED_PRIOR},
-    "h100-sxm": {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5,
-                 "step_overhead_ms": 1.0, "layer_latency_us": 6.0,
-                 "interconnect_latency_us": 28.0, **_SHARED_PRIOR},
-    "h200": {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5,
-             "step_overhead_ms": 1.0, "layer_latency_us": 6.0,
-             "interconnect_latency_us": 28.0, **_SHARED_PRIOR},
-    "b200": {"mbu": 0.65, "mbu_kv": 0.65, "mfu": 0.45, "mfu_fp8": 0.45,
-             "step_overhead_ms": 1.0, "layer_latency_us": 5.0,
-             "interconnect_latency_us": 9.8, **_SHARED_PRIOR},
-    "wse-3": {"mbu": 0.5, "mbu_kv": 0.5, "mfu": 0.3, "mfu_fp8": 0.3,
-              "step_overhead_ms": 0.1, "layer_latency_us": 20.0,
-              "interconnect_latency_us": 15.0, **_SHARED_PRIOR},
-}
-# The generic GPU estimate the pooled fit starts from (the reference's mid-range values).
-GPU_PRIOR = {"mbu": 0.7, "mbu_kv": 0.7, "mfu": 0.5, "mfu_fp8": 0.5, "step_overhead_ms": 1.0,
-             **_SHARED_PRIOR}
-PRIOR_WEIGHT = 0.02  # a parameter one sigma from its prior costs as much as ~2 figures 10% off
 
 def prior_of(hw: HardwareProfile) -> dict[str, float]:
     """The hand-set starting point of a profile: PRIORS, or the profile's own values."""
     if hw.name in PRIORS:
         return dict(PRIORS[hw.name])
+    fallback = {"mbu_kv": hw.mbu, "mfu_fp8": hw.gemm_efficiency("fp8"),
+                "mfu_fp4": hw.mfu_fp8 if hw.mfu_fp8 is not None else hw.mfu}
     return {name: float(getattr(hw, name) if getattr(hw, name) is not None else
-                        (hw.mbu if name == "mbu_kv" else hw.mfu))
+                        fallback.get(name, hw.mfu))
             for name in FIT_PARAMS}
 
 
@@ -135,67 +69,6 @@ class HardwareFit:
     sweeps: int
 
 
-def param(name: str) -> Param:
-    """The Param of a fitted name: a profile field, or ``ENGINE/field`` for an engine's."""
-    if "/" in name:
-        return ENGINE_SPECS[name.rsplit("/", 1)[-1]]
-    return PARAMS[name]
-
-
-def _golden(fn: Callable[[float], float], a: float, b: float, tol: float) -> float:
-    """Minimum of a unimodal-ish function on [a, b] by golden-section search."""
-    g = (math.sqrt(5) - 1) / 2
-    c, d = b - g * (b - a), a + g * (b - a)
-    fc, fd = fn(c), fn(d)
-    while b - a > tol:
-        if fc <= fd:
-            b, d, fd = d, c, fc
-            c = b - g * (b - a)
-            fc = fn(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + g * (b - a)
-            fd = fn(d)
-    return (a + b) / 2
-
-
-def coordinate_search(
-    objective: Callable[[Mapping[str, float]], float],
-    start: Mapping[str, float],
-    names: Sequence[str],
-    sweeps: int = 8,
-    tol: float = 1e-3,
-) -> tuple[dict[str, float], float, int]:
-    """Minimise ``objective`` over the named parameters, one at a time.
-
-    Each sweep runs a golden-section search along every parameter in turn (over its whole
-    range, in its log coordinate), keeping the others fixed, and takes the new value only if
-    it lowers the objective; sweeps repeat until nothing moves by more than ``tol`` (log
-    units). Deterministic; no gradients, so it copes with the max() kinks of the roofline.
-    """
-    values = dict(start)
-    best = objective(values)
-    done = 0
-    for done in range(1, sweeps + 1):  # noqa: B007 - the count is reported
-        moved = 0.0
-        for name in names:
-            p = param(name)
-            x0 = p.to_x(values[name])
-
-            def along(x: float, name: str = name, p: Param = p) -> float:
-                return objective({**values, name: p.from_x(x)})
-
-            x = _golden(along, p.to_x(p.lo), p.to_x(p.hi), tol)
-            fx = along(x)
-            if fx < best - 1e-12:
-                values[name] = p.from_x(x)
-                best = fx
-                moved = max(moved, abs(x - x0))
-        if moved < tol:
-            break
-    return values, best, done
-
-
 def _loss(
     catalog: Catalog,
     figures: Sequence[Figure],
@@ -224,6 +97,27 @@ def _uses_fp8(figures: Iterable[Figure]) -> bool:
     return any(f.precision in ("fp8", "int8") for f in figures)
 
 
+def _uses_fp4(figures: Iterable[Figure], catalog: Catalog | None = None) -> bool:
+    """Figures whose GEMMs run on an fp4 tensor-core rate (4-bit weights on a chip that
+    has one)."""
+    for f in figures:
+        if canonical_precision(f.precision) not in FOUR_BIT:
+            continue
+        if catalog is None or "fp4" in catalog.get_hardware(f.hardware).tflops:
+            return True
+    return False
+
+
+def _free_names(names: Iterable[str], figures: Sequence[Figure], catalog: Catalog) -> list[str]:
+    """The names a fit can move: the 8-bit and 4-bit efficiencies only where figures use them."""
+    out = list(names)
+    if not _uses_fp8(figures):
+        out = [n for n in out if n != "mfu_fp8"]
+    if not _uses_fp4(figures, catalog):
+        out = [n for n in out if n != "mfu_fp4"]
+    return out
+
+
 def _engine_values(engines: Engines, values: Mapping[str, float]) -> dict[str, EngineProfile]:
     """Engines with the ``ENGINE/field`` entries of ``values`` put in."""
     out = dict(engines)
@@ -240,6 +134,36 @@ def _engines_seen(figures: Iterable[Figure], engines: Engines) -> list[str]:
         if any(e.covers(f.engine) for f in figures):
             names.append(name)
     return names
+
+
+def _relevance_groups(
+    figures: Sequence[Figure], catalog: Catalog, engines: Engines,
+) -> dict[tuple[str, str, bool, bool], tuple[list[Figure], tuple[str, ...]]]:
+    """The figures grouped by (engine, tensor-core row, MoE, MLA), each with the pooled parameters
+    its predictions depend on (sorted names): every chip and shared term but the other
+    precisions' GEMM efficiencies and, for a dense model, the expert read efficiency, and its
+    own engine's terms."""
+    out: dict[tuple[str, str, bool, bool], tuple[list[Figure], tuple[str, ...]]] = {}
+    chip_shared = [n for n in EFFICIENCIES + SHARED if n != "step_overhead_ms"]
+    for f in figures:
+        eng = next((n for n, e in engines.items() if e.covers(f.engine)), "")
+        row = catalog.get_hardware(f.hardware).rate_precision(f.precision)
+        moe, mla = catalog.get_model(f.model).is_moe, catalog.get_model(f.model).is_mla
+        key = (eng, row, moe, mla)
+        if key not in out:
+            skip = {"mfu_fp8"} if row not in ("fp8", "int8") else set()
+            if row != "fp4":
+                skip.add("mfu_fp4")
+            if not moe:
+                skip |= {"expert_read_efficiency", "expert_compute_efficiency",
+                         "moe_layer_latency_us"}
+            if not mla:
+                skip.add("mla_layer_latency_us")
+            names = [n for n in chip_shared if n not in skip] + ["step_overhead_ms"]
+            names += [f"{eng}/{k}" for k in ENGINE_SPECS] if eng else []
+            out[key] = ([], tuple(sorted(names)))
+        out[key][0].append(f)
+    return out
 
 
 def fit_pooled(
@@ -260,7 +184,7 @@ def fit_pooled(
     gpu = [f for f in figures if catalog.get_hardware(f.hardware).kind == "gpu"]
     weights = weights if weights is not None else figure_weights(figures)
     chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
-    names = [n for n in chip + SHARED if n != "mfu_fp8" or _uses_fp8(gpu)]
+    names = _free_names(chip + SHARED, gpu, catalog)
     start: dict[str, float] = {k: v for k, v in GPU_PRIOR.items() if k in chip + SHARED}
     start.update({k: v for k, v in GPU_PRIOR.items() if k not in start})
     seen = _engines_seen(gpu, engines)
@@ -276,19 +200,34 @@ def fit_pooled(
     if not gpu:
         return dict(GPU_PRIOR), engines
     hws = {f.hardware: prior_of(catalog.get_hardware(f.hardware)) for f in gpu}
+    groups = _relevance_groups(gpu, catalog, engines)
+    memo: dict[tuple[object, ...], float] = {}
 
     def objective(v: Mapping[str, float]) -> float:
-        hw = dict(catalog.hardware)
-        mine = {k: x for k, x in v.items() if "/" not in k}
-        for name, hand in hws.items():
-            hw[name] = with_params(hw[name], {**hand, **mine})
-        cat = Catalog(hw, catalog.models)
-        return (_loss(cat, gpu, weights, _engine_values(engines, v))
-                + _penalty(v, prior, names))
+        # Each group of figures depends on a subset of the parameters (an engine's terms only
+        # move its own figures, mfu_fp8 only 8-bit ones...): a group whose parameters did not
+        # change since it was last evaluated costs a dictionary look-up.
+        total = _penalty(v, prior, names)
+        cat: Catalog | None = None
+        for key, (figs, relevant) in groups.items():
+            mkey = (key, tuple(v[k] for k in relevant if k in v))
+            loss = memo.get(mkey)
+            if loss is None:
+                if cat is None:
+                    hw = dict(catalog.hardware)
+                    mine = {k: x for k, x in v.items() if "/" not in k}
+                    for name, hand in hws.items():
+                        hw[name] = with_params(hw[name], {**hand, **mine})
+                    cat = Catalog(hw, catalog.models)
+                loss = memo[mkey] = _loss(cat, figs, weights, _engine_values(engines, v))
+            total += loss
+        return total
 
     values, _, _ = coordinate_search(objective, start, names, sweeps)
     if not _uses_fp8(gpu):
         values["mfu_fp8"] = values["mfu"]
+    if not _uses_fp4(gpu, catalog):
+        values["mfu_fp4"] = values["mfu_fp8"]
     fitted = _engine_values(engines, values)
     return {k: v for k, v in values.items() if "/" not in k}, fitted
 
@@ -314,8 +253,7 @@ def fit_hardware(
     prior = dict(prior if prior is not None else prior_of(hw))
     weights = weights if weights is not None else figure_weights(figures)
     names = list(names if names is not None else EFFICIENCIES + CHIP)
-    if not _uses_fp8(figures):
-        names = [n for n in names if n != "mfu_fp8"]
+    names = _free_names(names, figures, catalog)
 
     def objective(v: Mapping[str, float]) -> float:
         cat = Catalog({**catalog.hardware, hw.name: with_params(hw, v)}, catalog.models)
@@ -341,6 +279,7 @@ class Fit:
         if ref is not None and name in self.gpus:
             values["request_overhead_ms"] = ref.request_overhead_ms
             values["step_overhead_ms"] = ref.step_overhead_ms
+            values["seq_overhead_us"] = ref.seq_overhead_us
         return values
 
 
@@ -364,14 +303,22 @@ def fit(
 
     ``engines``: the engine profiles to start from (their priors, ``engine_priors``); None
     fits the hardware alone, every figure on the hardware's own overheads (as before engines).
+
+    Figures in a regime the model does not model (``scope.scored_only_reason``: MoE runs with
+    thousands of sequences queued) are left out here, and only here: they are still predicted
+    and scored in every error table, but move no parameter.
     """
+    figures = fitted_figures(figures, catalog)
     weights = figure_weights(figures)
     engines = dict(engines or {})
     pooled, fitted_engines = fit_pooled(figures, catalog, weights, sweeps, engines)
+    gpu_figs = [f for f in figures if catalog.get_hardware(f.hardware).kind == "gpu"]
+    fitted_engines = inherit_engines(fitted_engines, *informed_terms(gpu_figs, fitted_engines))
     names = sorted({f.hardware for f in figures} if hardware is None else set(hardware))
     chip = CHIP_EFFICIENCIES if engines else EFFICIENCIES
     out: dict[str, HardwareFit] = {}
-    for name in names:
+
+    def fit_one(name: str) -> HardwareFit:
         hw = catalog.get_hardware(name)
         mine = [f for f in figures if f.hardware == name]
         hand = prior_of(hw)
@@ -380,11 +327,20 @@ def fit(
         else:
             prior = hand
         if not mine:
-            out[name] = HardwareFit(name, dict(prior), prior, (), 0.0, 0, 0)
-            continue
+            sibling = measured_sibling(name, figures)
+            if sibling is not None:
+                if sibling not in out:
+                    out[sibling] = fit_one(sibling)
+                theirs = out[sibling].values
+                prior = {**prior, **{k: theirs[k] for k in CHIP_EFFICIENCIES + CHIP}}
+            return HardwareFit(name, dict(prior), prior, (), 0.0, 0, 0)
         free = chip + CHIP if hw.kind == "gpu" else EFFICIENCIES + CHIP
-        out[name] = fit_hardware(hw, mine, catalog, prior, free, weights, sweeps,
-                                 engines=fitted_engines)
+        return fit_hardware(hw, mine, catalog, prior, free, weights, sweeps,
+                            engines=fitted_engines)
+
+    for name in names:
+        if name not in out:
+            out[name] = fit_one(name)
     gpus = frozenset(n for n in out if catalog.get_hardware(n).kind == "gpu")
     return Fit(out, fitted_engines, gpus)
 
@@ -419,6 +375,7 @@ __all__ = [
     "Param",
     "REFUSED_PENALTY",
     "SHARED",
+    "_uses_fp4",
     "_uses_fp8",
     "apply_fits",
     "coordinate_search",

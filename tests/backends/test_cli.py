@@ -124,7 +124,7 @@ BAD = [
     (["predict", "--tier", "turbo"], "tier: unknown"),
     (
         ["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--chips", "1",
-         "--precision", "fp4"],
+         "--precision", "fp3"],
         "precision: unknown",
     ),
     (["predict", "--model", "llama-3.1-405b", "--hardware", "h100-sxm", "--chips", "1"], "does not fit"),
@@ -138,8 +138,8 @@ BAD = [
       "--output-tokens", "-5"], "output-tokens: must be > 0"),
     (["predict", "--model", "llama-2-7b", "--hardware", "h100-sxm", "--chips", "1",
       "--prompt-tokens", "5000"], "context window"),
-    (["predict", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--chips", "1",
-      "--precision", "fp8", "--prompt-tokens", "20000"], "KV cache"),
+    (["predict", "--model", "gpt-oss-120b", "--hardware", "h100-sxm", "--chips", "1",
+      "--prompt-tokens", "120000"], "KV cache"),
     (["predict", "--tier", "spark", "--prompt-tokens", "200000"], "context window"),
     (["predict", "--tier", "fast", "--prompt-tokens", "0"], "prompt-tokens: must be > 0"),
     (["predict", "--hardware", "h100-sxm"], "required without --tier"),
@@ -185,3 +185,70 @@ def test_argparse_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "--rate", "1", "--concurrency", "2"])
     assert exc.value.code == 2
+
+
+# -- issue 24: every hardware, precision and placement option -------------------------------
+
+NEW_HARDWARE = ["mi300x", "mi325x", "mi355x", "gh200", "gb200-nvl72", "gb300-nvl72", "b300"]
+
+
+@pytest.mark.parametrize("hardware", NEW_HARDWARE)
+@pytest.mark.parametrize("precision", ["bf16", "fp8", "fp4", "nvfp4", "mxfp4"])
+def test_predict_accepts_every_hardware_and_precision(capsys, hardware, precision):
+    o = run_json(capsys, ["predict", "--model", "llama-3.1-70b", "--hardware", hardware,
+                          "--chips", "2", "--precision", precision, "--batch", "8"])
+    assert o["hardware"] == hardware and o["itl_s"] > 0 and o["kv_capacity_tokens"] > 0
+
+
+def test_predict_defaults_to_the_checkpoints_precision_and_takes_bf16_experts(capsys):
+    mx = run_json(capsys, ["predict", "--model", "gpt-oss-120b", "--hardware", "h100-sxm",
+                           "--chips", "4", "--batch", "4"])
+    bf = run_json(capsys, ["predict", "--model", "gpt-oss-120b", "--hardware", "h100-sxm",
+                           "--chips", "4", "--batch", "4", "--precision", "bf16"])
+    assert mx["precision"] == "mxfp4" and bf["precision"] == "bf16"
+    assert bf["weights_gb"] > 3 * mx["weights_gb"]
+    assert bf["itl_s"] > mx["itl_s"]
+
+
+@pytest.mark.parametrize("extra", [
+    ["--attention-dp"],
+    ["--expert-parallel", "8"],
+    ["--attention-dp", "--expert-parallel", "8", "--engine", "sglang"],
+    ["--engine", "trtllm", "--memory-fraction", "0.85"],
+    ["--speculative", "mtp", "--draft-tokens", "3", "--acceptance", "0.74"],
+    ["--prefill-chips", "8"],
+    ["--arrivals", "poisson", "--rate", "0.5"],
+])
+def test_predict_accepts_every_placement_option(capsys, extra):
+    o = run_json(capsys, ["predict", "--model", "deepseek-v3", "--hardware", "h200",
+                          "--chips", "8", "--batch", "16", *extra])
+    assert o["itl_s"] > 0 and o["ttft_s"] > 0
+    if "--prefill-chips" in extra:
+        assert o["chips_total"] == 16 and o["prefill_s"] > 0
+    if "--rate" in extra:
+        assert o["arrivals"] == "poisson"
+        assert o["output_tokens_per_s_total"] == pytest.approx(0.5 * o["output_tokens"])
+
+
+def test_predict_with_an_engine_counts_its_time_to_first_token(capsys):
+    base = ["predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--chips", "1",
+            "--batch", "1", "--prompt-tokens", "500", "--output-tokens", "50"]
+    bare = run_json(capsys, base)
+    vllm = run_json(capsys, [*base, "--engine", "vllm"])
+    assert vllm["ttft_s"] > bare["ttft_s"]
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["--engine", "tgi9"], "engine"),
+    (["--expert-parallel", "3"], "expert_parallel"),
+    (["--arrivals", "poisson"], "rate"),
+    (["--rate", "2"], "rate"),
+    (["--precision", "fp3"], "precision"),
+    (["--arrivals", "poisson", "--rate", "100000"], "rate"),
+])
+def test_predict_rejects_bad_options_with_one_line(capsys, argv, flag):
+    code = main(["predict", "--model", "deepseek-v3", "--hardware", "h200", "--chips", "8",
+                 *argv])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert flag in err and len(err.strip().splitlines()) == 1

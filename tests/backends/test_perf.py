@@ -35,7 +35,7 @@ PLACEMENTS = [
     ("llama-3.1-70b", "h100-sxm", 2, "fp8"),
     ("llama-3.1-405b", "b200", 8, "fp8"),
     ("mixtral-8x7b", "a100-80g", 2, "bf16"),
-    ("gpt-oss-120b", "h100-sxm", 2, "fp8"),
+    ("gpt-oss-120b", "h100-sxm", 2, "mxfp4"),
     ("deepseek-v3", "h200", 8, "fp8"),
     ("frontier", "b200", 8, "fp8"),
     ("frontier-spark", "wse-3", 4, "fp8"),
@@ -87,10 +87,22 @@ def test_cost_per_token_never_rises_with_batch(p: Placement, b: int, ctx: int):
 
 
 def _own_costs(p: Placement, ctx: int) -> tuple[float, float]:
-    """(attention of one sequence at ``ctx``, GEMM FLOPs of one token) at the achieved rates."""
-    _, bw_kv, gemm, attn = p.rates()
+    """(attention of one sequence at ``ctx``, GEMM FLOPs of one token) at the achieved rates:
+    a token's FLOPs are 2 per parameter it multiplies by, each layer type at its own rate (the
+    16-bit embeddings' LM head at bf16, the rest at the precision's) at the large-GEMM
+    efficiency, which is what one more row of a GEMM costs."""
+    _, bw_kv, _, attn = p.rates()
+    hw, m = p.hardware, p.model
     own_attn = ctx * max(p.kv_bytes_per_token / bw_kv, p.attention_flops_per_context_token / attn)
-    return own_attn, 2 * p.model.active_params_b * 1e9 / gemm
+    quant, bf16, _ = m.gemm_params_b(p.precision)
+    lm = "bf16" if m.embedding_bytes_per_param(p.precision) >= 2 else p.precision
+
+    def rate(precision: str) -> float:
+        return p.chips * hw.peak_flops(precision) * hw.gemm_efficiency(precision)
+
+    own_gemm = 2e9 * (quant / rate(p.precision) + bf16 / rate("bf16")
+                      + m.lm_head_params_b / rate(lm))
+    return own_attn, own_gemm
 
 
 @SETTINGS
@@ -106,7 +118,8 @@ def test_an_extra_sequence_costs_its_own_attention_flops_and_all_reduce_share(
     own_attn, own_gemm = _own_costs(p, ctx)
     comm = s2.breakdown["comm_s"] - s1.breakdown["comm_s"]
     hops = s2.breakdown["hops_s"] - s1.breakdown["hops_s"]
-    assert marginal <= (own_attn + own_gemm + comm + hops) * (1 + 1e-9) + 1e-15
+    host = p.hardware.seq_overhead_us * 1e-6  # the host's work for one more sequence
+    assert marginal <= (own_attn + own_gemm + comm + hops + host) * (1 + 1e-9) + 1e-15
     memory_bound = s1.bound == "memory" and s1.breakdown["weights_s"] > 4 * s1.breakdown[
         "compute_s"]
     if memory_bound and b > 1:
@@ -126,7 +139,7 @@ def test_roofline_overlap_blends_max_and_sum(overlap: float):
 
 def test_small_gemms_pay_for_a_whole_tile():
     base = place("llama-3.1-8b", "h100-sxm", 1, "bf16")
-    hw = dataclasses.replace(base.hardware, gemm_min_tokens=64.0)
+    hw = dataclasses.replace(base.hardware, gemm_min_tokens=64.0, gemm_half_tokens=0.0)
     p = Placement(base.model, hw, 1, "bf16")
     assert p.gemm_seconds(1) == pytest.approx(p.gemm_seconds(64))
     assert p.gemm_seconds(128) == pytest.approx(2 * p.gemm_seconds(64))
@@ -150,7 +163,15 @@ def test_fp8_gemms_run_at_their_own_efficiency():
     p8 = Placement(base.model, hw, 2, "fp8")
     p16 = Placement(base.model, hw, 4, "bf16")
     # fp8: twice the peak at half the efficiency; on half the chips: twice the time per token
-    assert p8.gemm_seconds(4096) == pytest.approx(2 * p16.gemm_seconds(4096), rel=1e-2)
+    # (the LM head, kept 16-bit in an fp8 checkpoint, runs at the bf16 rate in both)
+    lm = 2e9 * base.model.lm_head_params_b * 4096 / (989e12 * 0.6 * hw_gemm_size(hw, 4096))
+    assert p8.gemm_seconds(4096) - lm / 2 == pytest.approx(
+        2 * (p16.gemm_seconds(4096) - lm / 4), rel=1e-2)
+
+
+def hw_gemm_size(hw: Any, rows: int) -> float:
+    """The GEMM efficiency's size factor: rows / (rows + gemm_half_tokens)."""
+    return rows / (rows + hw.gemm_half_tokens) if hw.gemm_half_tokens else 1.0
 
 
 @pytest.mark.parametrize("chips,precision", [(2, "bf16"), (4, "bf16"), (8, "bf16"), (2, "fp8")])
@@ -189,13 +210,61 @@ def test_kv_capacity_is_memory_minus_weights_over_kv_per_token(model, hw, chips,
     except ProfileError:
         return  # does not fit at this utilisation; covered below
     m, h = CAT.get_model(model), CAT.get_hardware(hw)
-    bpp = {"bf16": 2.0, "fp8": 1.0}[precision]
-    ebpp = bpp if m.expert_bytes_per_param is None else m.expert_bytes_per_param
-    weights = (m.total_params_b - m.expert_params_b) * 1e9 * bpp + m.expert_params_b * 1e9 * ebpp
+    bpp = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8}[precision]
+    # the checkpoint's bytes by layer type: 16-bit layers (the embeddings, or what the model
+    # profile keeps) at 2 bytes, the rest of the dense part and the experts at the precision
+    kept = 0.0 if bpp >= 2 else min(m.dense_params_b, m.bf16_params_b if m.bf16_params_b
+                                    is not None else m.embedding_params_b)
+    weights = (kept * 2 + (m.dense_params_b - kept) * bpp + m.expert_params_b * bpp) * 1e9
     free = chips * h.memory_gb * 1e9 * util - weights
-    kv = 2 * m.layers * m.kv_heads * m.head_dim * (m.kv_bytes_per_element or bpp)
-    assert p.kv_capacity_tokens == int(free // kv)
+    elem = m.kv_bytes_per_element or (2.0 if precision == "mxfp4" else bpp)
+    kv = 2 * m.layers * m.kv_heads * m.head_dim * elem
+    copies = max(1.0, chips / m.kv_heads) if h.sharding == "tensor" else 1.0
+    assert p.kv_capacity_tokens == int(free // (kv * copies))
     assert p.kv_capacity_tokens >= 0
+
+
+def test_engine_memory_activations_and_reserve_come_out_of_the_kv_cache():
+    """vLLM's rule: the utilisation share of each chip, minus weights, the activations of a
+    forward pass at the step budget and the engine's reserve; TensorRT-LLM's: a share of what
+    is left after them."""
+    m, h = CAT.get_model("llama-3.1-70b"), CAT.get_hardware("h100-sxm")
+    bare = Placement(m, h, 2, "fp8")
+    vllm = Placement(m, h, 2, "fp8", activation_tokens=8192, reserved_gb=2.5)
+    trt = Placement(m, h, 2, "fp8", memory_utilization=1.0, kv_memory_fraction=0.9,
+                    activation_tokens=8192, reserved_gb=2.5)
+    act = vllm.engine_bytes_per_chip - 2.5e9
+    assert 0.5e9 < act < 3e9  # ~1-2 GB of activations per GPU at 8,192 tokens
+    kvb = bare.kv_bytes_per_token
+    assert vllm.kv_capacity_tokens == int((bare.kv_memory_bytes - 2 * (act + 2.5e9)) // kvb)
+    free = 80e9 - bare.weight_bytes_per_chip - act - 2.5e9
+    assert trt.kv_capacity_tokens == int(2 * free * 0.9 // kvb)
+
+
+def test_meta_fp8_405b_keeps_attention_in_bf16():
+    """Meta's FP8 checkpoint: ~487 GB, not the 410 GB of an all-FP8 one; on 8 x H100 that
+    leaves a third of the KV cache."""
+    meta, plain = CAT.get_model("llama-3.1-405b-meta-fp8"), CAT.get_model("llama-3.1-405b")
+    assert meta.weight_bytes("fp8") == pytest.approx(487e9, rel=0.01)
+    assert plain.weight_bytes("fp8") == pytest.approx(410e9, rel=0.01)
+    h = CAT.get_hardware("h100-sxm")
+    a = Placement(meta, h, 8, "fp8", activation_tokens=8192, reserved_gb=2.5)
+    b = Placement(plain, h, 8, "fp8", activation_tokens=8192, reserved_gb=2.5)
+    assert a.kv_capacity_tokens < 0.5 * b.kv_capacity_tokens
+
+
+def test_mla_kv_is_replicated_across_tensor_parallel_chips_but_not_with_attention_dp():
+    """MLA keeps one latent per token and layer: tensor parallelism stores it on every chip
+    (and every chip reads it); attention data parallelism stores each sequence once."""
+    m, h = CAT.get_model("deepseek-v3"), CAT.get_hardware("h200")
+    tp = Placement(m, h, 8, "fp8", kv_precision="bf16")
+    dp = Placement(m, h, 8, "fp8", kv_precision="bf16", attention_dp=True)
+    assert tp.kv_replication == 8 and dp.kv_replication == 1
+    # dp holds the whole attention on every chip: less memory for KV, but 8x the tokens per byte
+    assert dp.kv_capacity_tokens > 6 * tp.kv_capacity_tokens
+    ctx = 64 * 4000
+    assert tp.step(64, ctx).breakdown["kv_s"] == pytest.approx(
+        8 * dp.step(64, ctx).breakdown["kv_s"])
 
 
 @pytest.mark.parametrize(
@@ -219,7 +288,9 @@ def test_bad_placement_sizes_and_names_are_refused():
     with pytest.raises(ProfileError, match="chips"):
         Placement(m, h, 0, "bf16")
     with pytest.raises(ProfileError, match="precision.*allowed"):
-        Placement(m, h, 1, "fp4")
+        Placement(m, h, 1, "fp3")
+    with pytest.raises(ProfileError, match="expert_parallel"):
+        Placement(m, h, 2, "bf16", expert_parallel=2)  # a dense model has no experts
     with pytest.raises(ProfileError, match="model: unknown.*allowed"):
         CAT.get_model("gpt-9")
     with pytest.raises(ProfileError, match="hardware: unknown.*allowed"):
@@ -231,6 +302,7 @@ def test_bad_placement_sizes_and_names_are_refused():
 def test_wafer_is_latency_bound_with_one_hop_per_chip_boundary():
     p = place("frontier-spark", "wse-3", 4, "fp8")
     hw, m = p.hardware, p.model
+    assert hw.moe_layer_latency_us == 0.0  # a wafer has no kernels to launch
     for b in (1, 8, 32, 64):
         s = p.step(b, b * 4000)
         assert s.bound == "latency"
@@ -283,7 +355,10 @@ def test_moe_reads_active_params_for_one_token_and_nearly_all_for_many():
     assert p.weight_bytes_read(1) / 1e9 == pytest.approx(m.active_params_b, rel=0.01)
     assert p.weight_bytes_read(1000) / 1e9 == pytest.approx(m.total_params_b, rel=0.01)
     dense = place("llama-3.1-70b", "h100-sxm", 4, "bf16")
-    assert dense.weight_bytes_read(1) == dense.weight_bytes_read(500) == dense.weight_bytes
+    # a dense model reads everything but its input embedding table (a lookup of the rows)
+    table = dense.model.input_embedding_params_b * 2e9
+    assert dense.weight_bytes_read(1) == dense.weight_bytes_read(500) == pytest.approx(
+        dense.weight_bytes - table)
 
 
 @SETTINGS
@@ -334,10 +409,15 @@ def test_fp8_kv_cache_halves_kv_bytes_and_doubles_what_fits():
         Placement(m, h, 4, "bf16", kv_precision="fp3")
 
 
-def test_mxfp4_experts_fit_one_gpu():
-    """gpt-oss-120b ships its experts in MXFP4: ~65 GB, one 80 GB GPU holds it."""
-    p = place("gpt-oss-120b", "h100-sxm", 1, "bf16")
-    assert 60e9 < p.weight_bytes < 70e9
+def test_mxfp4_experts_fit_one_gpu_and_bf16_experts_do_not():
+    """gpt-oss-120b ships its experts in MXFP4: ~65 GB, one 80 GB GPU holds it; served with
+    bf16 experts (``--precision bf16``) it is 234 GB."""
+    p = place("gpt-oss-120b", "h100-sxm", 1, CAT.get_model("gpt-oss-120b").default_precision)
+    assert p.precision == "mxfp4" and 60e9 < p.weight_bytes < 70e9
+    with pytest.raises(ProfileError, match="does not fit"):
+        place("gpt-oss-120b", "h100-sxm", 1, "bf16")
+    assert place("gpt-oss-120b", "h100-sxm", 4, "bf16").weight_bytes == pytest.approx(
+        234e9, rel=0.01)
 
 
 # -- workloads ---------------------------------------------------------------------------------
@@ -497,7 +577,7 @@ def _simulated(model: str, hw: str, chips: int, precision: str, users: int, prom
 @pytest.mark.parametrize("case", [
     ("llama-3.1-70b", "h100-sxm", 2, "fp8", 25, 5000, 500),
     ("llama-3.1-8b", "h100-sxm", 1, "bf16", 64, 1000, 200),
-    ("gpt-oss-120b", "h200", 2, "bf16", 64, 1024, 1024),
+    ("gpt-oss-120b", "h200", 2, "mxfp4", 64, 1024, 1024),
 ])
 def test_the_steady_state_matches_the_scheduler_it_models(case: tuple[Any, ...]):
     """`fastmode predict`'s closed loop and `fastmode simulate`'s scheduler agree on the

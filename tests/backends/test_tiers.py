@@ -40,7 +40,9 @@ def alone(spec: EngineSpec) -> dict[str, dict[str, float]]:
 
 
 def test_standard_decodes_at_production_speed(alone):
-    assert 60 <= alone["standard"]["tps"] <= 70
+    # ~65 tok/s, the target issue 14 tuned the tenants to (re-tuned after issue 24's refit:
+    # [tiers.standard.tenants], the config's job, not the physics')
+    assert 62 <= alone["standard"]["tps"] <= 68
 
 
 def test_fast_is_about_two_and_a_half_times_standard(alone):

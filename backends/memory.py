@@ -1,0 +1,82 @@
+"""Memory the way serving engines account it: weights per chip, activations, the engine's own
+reserve, and what is left for the KV cache. Pure functions over plain numbers.
+
+An engine does not give the KV cache "memory minus weights":
+
+- **vLLM** (``gpu_memory_utilization``, default 0.9): of each GPU's memory, that share minus
+  the weights, minus the peak activations of a profiling forward pass at the step's token
+  budget (``max_num_batched_tokens``), minus non-torch memory (NCCL and cuBLAS workspaces) and
+  the CUDA graphs it captures ("Conserving memory" and the engine's start-up log, which prints
+  each of these) is the KV cache;
+- **TensorRT-LLM** (``kv_cache_free_gpu_mem_fraction``, default 0.9): that share of the memory
+  still free after the weights and the runtime's activation and workspace buffers;
+- **SGLang** (``mem_fraction_static``): that share of the memory for weights and KV together.
+
+Activations are estimated from the shape (``activation_bytes_per_chip``); the engine's reserve
+(workspaces, CUDA graphs, communication buffers) is an engine property (``reserved_gb`` in
+backends/data/engines.toml). The KV cache per token of one replica is the model's bytes per
+token times its **replication**: tensor parallelism splits the KV heads over the chips, but
+with fewer KV heads than chips each head is stored on several (MLA's single latent on every
+chip: 8 copies at TP 8, why DeepSeek-V3 is served with attention data parallelism, where each
+chip keeps only its own sequences' KV).
+"""
+
+from __future__ import annotations
+
+from .profiles import ModelProfile, bytes_per_param
+
+LOGIT_ROWS = 256  # sequences sampled at once in the profiling pass (vLLM's max_num_seqs)
+
+
+def kv_replication(model: ModelProfile, attention_tp: int) -> float:
+    """Copies of each KV head a replica stores: 1 when the attention's tensor-parallel
+    degree divides the KV heads, ``tp / kv_heads`` when heads are replicated."""
+    if attention_tp <= 1 or model.kv_heads <= 0:
+        return 1.0
+    return max(1.0, attention_tp / model.kv_heads)
+
+
+def ffn_width(model: ModelProfile) -> float:
+    """Mean FFN (or routed-expert) intermediate width a token runs through per layer,
+    inferred from the parameter counts (3 matrices of d_model x width, SwiGLU)."""
+    q, b, e = model.gemm_params_b("bf16")
+    body_ffn = max(0.0, q + b - model.attention_params)
+    return (body_ffn + e) * 1e9 / max(1, model.layers) / (3.0 * model.d_model)
+
+
+def activation_bytes_per_chip(model: ModelProfile, tokens: int, tp: int,
+                              attention_dp: bool = False) -> float:
+    """Peak live activations of a forward pass over ``tokens`` tokens on one chip, bf16: the
+    residual stream and its normed copy and attention output (4 x d_model, not split by
+    tensor parallelism), the QKV projection and the gate/up/act FFN tensors (split), and
+    fp32 logits of up to ``LOGIT_ROWS`` sampled rows over the whole vocabulary."""
+    if tokens <= 0:
+        return 0.0
+    attn_tp = 1 if attention_dp else max(1, tp)
+    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim / attn_tp
+    per_token = 2.0 * (4 * model.d_model + qkv + 3 * ffn_width(model) / max(1, tp))
+    logits = min(tokens, LOGIT_ROWS) * model.vocab * 4.0
+    return tokens * per_token + logits
+
+
+def attention_weight_bytes(model: ModelProfile, precision: str) -> float:
+    """Bytes of the attention projections at ``precision`` (16-bit when the checkpoint keeps
+    them so): what every chip holds with attention data parallelism."""
+    q, b, _ = model.gemm_params_b(precision)
+    bpp = 2.0 if b >= model.attention_params * 0.999 else bytes_per_param(precision)
+    return min(model.attention_params, q + b) * 1e9 * bpp
+
+
+def kv_memory_per_chip(chip_bytes: float, taken: float, utilization: float,
+                       free_fraction: float | None) -> float:
+    """KV memory of one chip: vLLM's rule (``utilization`` of the chip minus what weights,
+    activations and the reserve ``taken``) or, with ``free_fraction``, TensorRT-LLM's (that
+    share of what is left). Negative: the model does not fit."""
+    if free_fraction is None:
+        return chip_bytes * utilization - taken
+    free = min(chip_bytes * utilization, chip_bytes - taken)
+    return free * free_fraction if free > 0 else free
+
+
+__all__ = ["LOGIT_ROWS", "activation_bytes_per_chip", "attention_weight_bytes", "ffn_width",
+           "kv_memory_per_chip", "kv_replication"]
