@@ -55,7 +55,7 @@ PROMPT = "fastmode-bench: stream the scripted reply"
 CHAT = PROTOCOLS["chat"]
 ROWS = ("steady", "burst", "interval8", "requests", "lone")
 # a lone user's modeled tok/s per tier (``fastmode predict --tier T``, the built-in config)
-RATES = {"spark": 1173.0, "fast": 155.3, "standard": 64.5}
+RATES = {"spark": 1173.0, "fast": 154.5, "standard": 65.9}
 
 
 async def metric_sum(port: int, name: str) -> tuple[float, float]:
