@@ -28,7 +28,6 @@ from .perf import Placement
 from .perf_modes import kv_transfer_seconds
 from .scheduler import (
     CANCELLED,
-    DECODE,
     Background,
     Limits,
     Scheduler,
@@ -130,16 +129,8 @@ class DisaggregatedScheduler(Scheduler):
         result = StepResult(index, now, end, n_dec, batch=n_dec + len(ready) + bg.seqs)
         self._decode_ctx += n_dec
         for seq in ready:
-            if self.cache is not None and seq.prefix is not None:
-                self._kv_used -= self.cache.store(seq, end)
-            seq.state = DECODE
             seq.prefilled = seq.prompt_tokens
-            seq.first_step = index
-            seq.first_token_at = end
-            result.first_tokens.append(seq)
-            self.decoding[seq.id] = seq
-            self._decode_ctx += seq.prompt_tokens + 1
-            heapq.heappush(self._finish_heap, (index + seq.output_tokens - 1, seq.id))
+            self._first_token(seq, index, end, result)
         self.step_index = index
         self.busy_until = end
         self._retire(index, end, result.finished)

@@ -364,20 +364,25 @@ class Scheduler:
         for seq, c in chunks:
             seq.prefilled += c
             if seq.prefilled >= seq.prompt_tokens:
-                if self.cache is not None and seq.prefix is not None:
-                    self._kv_used -= self.cache.store(seq, end)  # its prompt's KV is shared now
                 self.prefilling.remove(seq)
-                seq.state = DECODE
-                seq.first_step = index
-                seq.first_token_at = end
-                result.first_tokens.append(seq)
-                self.decoding[seq.id] = seq
-                self._decode_ctx += seq.prompt_tokens + 1
-                heapq.heappush(self._finish_heap, (index + seq.output_tokens - 1, seq.id))
+                self._first_token(seq, index, end, result)
         self.step_index = index
         self.busy_until = end
         self._retire(index, end, result.finished)
         return result
+
+    def _first_token(self, seq: Sequence, index: int, end: float, result: StepResult) -> None:
+        """``seq``'s prompt is in: its first token comes at ``end`` (step ``index``) and it
+        decodes from the next step until its last token's step."""
+        if self.cache is not None and seq.prefix is not None:
+            self._kv_used -= self.cache.store(seq, end)  # its prompt's KV is shared now
+        seq.state = DECODE
+        seq.first_step = index
+        seq.first_token_at = end
+        result.first_tokens.append(seq)
+        self.decoding[seq.id] = seq
+        self._decode_ctx += seq.prompt_tokens + 1
+        heapq.heappush(self._finish_heap, (index + seq.output_tokens - 1, seq.id))
 
     def _retire(self, index: int, end: float, out: list[Sequence]) -> None:
         heap = self._finish_heap
