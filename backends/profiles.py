@@ -188,6 +188,9 @@ class ModelProfile:
     qk_rope_head_dim: int = 0
     qk_nope_head_dim: int = 0
     v_head_dim: int = 0
+    # multi-token-prediction modules the checkpoint ships (DeepSeek-V3: 1, "DeepSeek-V3
+    # Technical Report" section 2.2): what ``--speculative mtp`` drafts with; 0 = none
+    mtp_layers: int = 0
     description: str = ""
 
     @property

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from .perf import Placement, StepTime
-from .profiles import ModelProfile
+from .profiles import ModelProfile, ProfileError
 
 
 def tokens_per_cycle(draft_tokens: int, acceptance: float) -> float:
@@ -117,7 +117,11 @@ class SpeculativePlacement(Placement):
 def mtp_draft(model: ModelProfile) -> ModelProfile:
     """The model's own multi-token-prediction module as a draft (DeepSeek-V3's MTP: one more
     transformer block of the model's shape sharing its embeddings and LM head, "DeepSeek-V3
-    Technical Report" section 2.2): one layer's parameters plus the LM head, one layer of KV."""
+    Technical Report" section 2.2): one layer's parameters plus the LM head, one layer of KV.
+    A model that ships no such module (``mtp_layers = 0``) has nothing to draft with."""
+    if not model.mtp_layers:
+        raise ProfileError(f"speculative 'mtp': {model.name} has no multi-token-prediction "
+                           "layer (mtp_layers = 0); name a draft model instead")
     layers = max(1, model.layers)
     emb = model.embedding_params_b
     body = (model.total_params_b - emb) / layers

@@ -252,3 +252,13 @@ def test_predict_rejects_bad_options_with_one_line(capsys, argv, flag):
     assert code == 2
     err = capsys.readouterr().err
     assert flag in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_refuses_mtp_on_a_model_without_an_mtp_layer(capsys):
+    """``--speculative mtp`` drafts with the model's own multi-token-prediction module: Llama
+    ships none, so it is a one-line error (exit 2), not a made-up draft; DeepSeek-V3 has one."""
+    assert main(["predict", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--chips",
+                 "4", "--batch", "4", "--speculative", "mtp"]) == 2
+    err = capsys.readouterr().err
+    assert "llama-3.1-70b has no multi-token-prediction layer" in err
+    assert len(err.strip().splitlines()) == 1
