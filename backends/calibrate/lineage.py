@@ -20,9 +20,6 @@ def measured_sibling(name: str, figures: Sequence[Figure]) -> str | None:
     return next((s for s in HW_SIBLINGS.get(name, ()) if s in measured), None)
 
 
-SCALES = ("bandwidth_scale", "compute_scale")
-
-
 def informed_terms(
     figures: Sequence[Figure], engines: Engines,
 ) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
