@@ -168,7 +168,8 @@ def main() -> None:
         CAPTURES[name] = Capture(raw)
     import uvicorn
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
+                loop="uvloop",
                 http="httptools", ws="websockets-sansio", ws_per_message_deflate=False,
                 lifespan="on")
 

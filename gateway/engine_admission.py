@@ -154,7 +154,7 @@ class EngineAdmission:
             wait = wait_steps * step_s
             raise Refused(wait - bound, wait)
         try:
-            return dep.submit(prompt, output, cached, prefix, tier.priority)
+            return dep.submit(prompt, output, cached, prefix, tier.priority, replica)
         except Overloaded:
             self.queues.forget(sched)
             raise Refused(overflow.until_slot_frees(dep)) from None

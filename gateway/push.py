@@ -52,9 +52,10 @@ class Pusher(Protocol):
 
     def lagged(self, lag: float, max_lag: float) -> None: ...
 
-Push = Callable[[int, int], Coroutine[Any, Any, None]]
+Push = Callable[[int, int], Coroutine[Any, Any, None] | None]
 """The send of the events of tokens ``start .. start + count``, as a coroutine not yet started
-(the events are encoded when it is made; the send runs when it is driven)."""
+(the events are encoded when it is made; the send runs when it is driven), or None: the
+transport wrote them already (``gateway.connections.body_writer``)."""
 
 log = logging.getLogger("fastmode.turn")
 
@@ -197,6 +198,8 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
                 send = push(start, n)  # (an encoder's failure raises here: the turn's own)
                 if trace is not None:  # handed to the transport now, from the step
                     trace.event(stream.due_at(start, n), monotonic(), n)
+                if send is None:  # written to the transport already
+                    return True
                 try:
                     waiting = run(send)  # run it now: it returns while the socket takes
                 except Exception as exc:  # the transport's error, for the transport

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 from collections.abc import Iterator
@@ -106,6 +107,15 @@ class GatewayServer(uvicorn.Server):
             yield
             self._captured_signals = [s for s in self._captured_signals
                                       if s != signal.SIGTERM]
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        """uvicorn's start-up, then the heap built so far (config, profiles, schemas, the
+        FastAPI app: what lives as long as the process) moved out of the cyclic GC's reach
+        (``gc.freeze``): each collection of the oldest generation would walk it again,
+        and a request allocates enough to set one off every few hundred requests."""
+        await super().startup(sockets)
+        gc.collect()
+        gc.freeze()
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         """uvicorn's shutdown begins by closing the listening sockets: a load balancer would

@@ -27,6 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .background import Background
+from .connections import HANG_UP, body_writer
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -38,6 +39,8 @@ from .tickets import ClientGone
 from .turn import Turn
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+_SSE_RAW = [(k.encode(), v.encode()) for k, v in SSE_HEADERS.items()]
+_SSE_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
 # The server's own ``send``, put in the scope by the app (``gateway.app``) while none of its
 # middleware rewrites a response body: token events are written with it, past the per-message
 # wrappers Starlette's middleware puts around ``send`` (they only watch for the response start,
@@ -51,33 +54,51 @@ _Write = Callable[[Message], Coroutine[Any, Any, None]]
 
 class TurnStream(StreamingResponse):
     def __init__(self, turn: Turn, headers: dict[str, str], raw_send: Send | None = None) -> None:
+        # (Starlette's ``__init__``, for this one kind of body and headers: it spent ~5 us
+        # per request on an ABC check and a generic header build)
         # push mode only with the raw send: a middleware's send must run in the turn's task
-        super().__init__(turn.sse(self.push if raw_send is not None else None),
-                         media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+        self.body_iterator = turn.sse(self.push if raw_send is not None else None)
+        self.status_code = 200
+        self.media_type = "text/event-stream"
+        self.background = None
+        self.raw_headers = [*_SSE_RAW, *[(k.lower().encode("latin-1"), v.encode("latin-1"))
+                                         for k, v in headers.items()], _SSE_TYPE]
         self.turn = turn
         self.raw_send = raw_send
         # the server's send: a coroutine function (ASGI servers define it with ``async def``)
         self._write: Callable[[Message], Coroutine[Any, Any, None]] | None = None
+        # token events straight to the connection's transport (``gateway.connections``)
+        self._direct: Callable[[bytes], bool] | None = None
         encoder = turn.encoder
         assert encoder is not None
         self._tokens = encoder.sse_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Stream in this task while a second one listens for the client going away (what
-        Starlette does with an anyio task group, for a tenth of its cost per request): a
-        disconnect cancels the stream, which settles the turn as the client's cancel."""
+        """Stream in this task; a client going away cancels it, which settles the turn as the
+        client's cancel. Under ``fastmode serve`` the connection itself says so
+        (``gateway.connections``: its ``connection_lost`` calls the hook put on the request's
+        cycle), nothing per request; under another server a second task listens for
+        ``http.disconnect`` (what Starlette does with an anyio task group, for a tenth of its
+        cost)."""
         task = asyncio.current_task()
         assert task is not None
         gone = False
 
-        async def listen() -> None:
+        def hang_up() -> None:
             nonlocal gone
+            if not gone:
+                gone = True
+                task.cancel()
+
+        async def listen() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
-            gone = True
-            task.cancel()
+            hang_up()
 
-        listener = task.get_loop().create_task(listen())
+        cycle = on_hang_up(receive, hang_up)
+        listener = None if cycle is not None else task.get_loop().create_task(listen())
+        if cycle is not None and self.raw_send is not None:  # no middleware rewrites bodies
+            self._direct = body_writer(cycle)
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -85,13 +106,20 @@ class TurnStream(StreamingResponse):
                 raise
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
         finally:
-            listener.cancel()
+            if listener is not None:
+                listener.cancel()
+            else:
+                cycle.on_hang_up = None
 
-    def push(self, start: int, count: int) -> Coroutine[Any, Any, None]:
-        """Push mode (``gateway.push``): the send of these tokens' events, which the engine's
-        step runs."""
+    def push(self, start: int, count: int) -> Coroutine[Any, Any, None] | None:
+        """Push mode (``gateway.push``): these tokens' events written to the connection now
+        (None), or the send of them, which the engine's step runs."""
+        body = self._tokens(start, count)
+        direct = self._direct
+        if direct is not None and direct(body):
+            return None
         return self._write({"type": "http.response.body",  # type: ignore[misc]
-                            "body": self._tokens(start, count), "more_body": True})
+                            "body": body, "more_body": True})
 
     async def stream_response(self, send: Send) -> None:
         turn = self.turn
@@ -102,6 +130,7 @@ class TurnStream(StreamingResponse):
                     "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
         self._write = cast(_Write, write)
+        direct = self._direct
         ended = False
         try:
             async for chunk in self.body_iterator:
@@ -109,7 +138,7 @@ class TurnStream(StreamingResponse):
                 if turn.closing and not ended:  # the last events end the body: one write
                     ended = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": False})
-                else:
+                elif direct is None or not direct(chunk):  # type: ignore[arg-type]
                     await write({"type": "http.response.body", "body": chunk, "more_body": True})
                 turn.writing_since = 0.0
         except asyncio.CancelledError:
@@ -124,6 +153,17 @@ class TurnStream(StreamingResponse):
         if turn.cut or ended:
             return  # a `cut` fault: the connection drops mid-stream
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def on_hang_up(receive: Receive, hook: Callable[[], None]) -> Any:
+    """Put ``hook`` on the connection ``receive`` reads from, if it is a ``GatewayHttp``
+    request cycle still connected (it then calls the hook when the client goes away); the
+    cycle, or None (another server, a wrapped ``receive``, a client already gone)."""
+    cycle = getattr(receive, "__self__", None)
+    if cycle is None or getattr(cycle, HANG_UP, False) is not None or cycle.disconnected:
+        return None
+    cycle.on_hang_up = hook
+    return cycle
 
 
 class Truncated(Response):
@@ -152,6 +192,14 @@ async def prefetch(req: Any, ctx: RequestContext) -> None:
         await ctx.store.load(rid)
 
 
+def plain_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """A request's headers as a dict, read once: a turn looks up five or six of them (the
+    key, the tier, a fault, a test id, a trace), and Starlette's ``Headers`` scans and decodes
+    the whole list at each lookup. Names come lower-cased from the server (ASGI); the first of
+    a repeated header wins, as ``Headers.get`` has it."""
+    return {k.decode("latin-1"): v.decode("latin-1") for k, v in reversed(raw)}
+
+
 def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Awaitable[Response]]:
     """The HTTP route of ``protocol`` (on /v1 or /fast/v1)."""
 
@@ -172,8 +220,9 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             # parse, bounds, validation and translation leave the loop for a large body
             req = await off_loop(len(raw), validated, protocol, raw, gateway.config.limits)
             # stored responses as this request's key sees them (gateway.ownership)
-            store = state.responses.seen_by(deferred(gateway.auth, request.headers))
-            ctx = RequestContext(request.headers, fast_path, store)
+            asked = plain_headers(request.scope["headers"])
+            store = state.responses.seen_by(deferred(gateway.auth, asked))
+            ctx = RequestContext(asked, fast_path, store)
             await prefetch(req, ctx)
             if req.__dict__.get("background"):  # Responses' background mode
                 background: Background = state.background

@@ -273,15 +273,18 @@ class Driver(ABC, Generic[R]):
         tag: Any = None,
         prefix: PrefixKey | None = None,
         priority: int = 0,
+        replica: R | None = None,
     ) -> Sequence:
         """Queue a request arriving ``now`` on the replica ``choose`` picks (``priority``: a
-        shared pool admits higher priorities first).
+        shared pool admits higher priorities first); ``replica``: the one ``choose`` gave
+        the caller a moment ago, in the same event-loop turn (not chosen twice).
 
         Raises ``TooLarge`` or ``Overloaded``; the sequence then never entered the engine.
         """
         seq = new_sequence(prompt_tokens, output_tokens, self.now, cached_tokens, tag, prefix)
         seq.priority = priority
-        replica = self.choose(deployment, seq.prefix, prompt_tokens)
+        if replica is None:
+            replica = self.choose(deployment, seq.prefix, prompt_tokens)
         refused = replica.offer(seq)
         if refused is not None:
             raise _REFUSALS[refused]

@@ -72,11 +72,13 @@ class PoolHandle:
     def submit(
         self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0,
         prefix: PrefixKey | None = None, priority: int = 0,
+        replica: RealtimeReplica | None = None,
     ) -> TokenStream:
-        """Queue a request; raises Overloaded or TooLarge. ``priority``: the tier's."""
+        """Queue a request; raises Overloaded or TooLarge. ``priority``: the tier's;
+        ``replica``: what ``choose`` returned just before (no await in between)."""
         seq = self.driver.submit(
             self.spec.name, prompt_tokens, output_tokens, cached_tokens, prefix=prefix,
-            priority=priority,
+            priority=priority, replica=replica,
         )
         stream: TokenStream = seq.tag
         return stream

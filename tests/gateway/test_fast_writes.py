@@ -1,0 +1,136 @@
+"""The request path's shortcuts past the framework (issue 21's per-request cost), each held to
+what it replaces: token events written straight to the connection only while uvicorn's ``send``
+would write them at once, the client's hang-up reported by the connection itself, a request's
+headers read once, and no access line formatted that no logger would print."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from starlette.datastructures import Headers
+
+from gateway.connections import HANG_UP, body_writer
+from gateway.turn_http import on_hang_up, plain_headers
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+
+class FakeFlow:
+    write_paused = False
+
+
+class FakeCycle:
+    """What ``body_writer`` and ``on_hang_up`` read of uvicorn's ``RequestResponseCycle``."""
+
+    def __init__(self) -> None:
+        self.transport = FakeTransport()
+        self.flow = FakeFlow()
+        self.disconnected = False
+        self.response_complete = False
+        self.chunked_encoding: bool | None = True
+        setattr(self, HANG_UP, None)  # as GatewayHttp marks its cycles
+
+    async def receive(self) -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+
+def test_a_direct_write_is_one_http_chunk() -> None:
+    cycle = FakeCycle()
+    write = body_writer(cycle)
+    assert write(b'data: {"x":1}\n\n') is True
+    assert cycle.transport.out == [b'f\r\ndata: {"x":1}\n\n\r\n']
+    assert write(b"") is True  # an event of hidden tokens: nothing to write, and no end chunk
+    assert cycle.transport.out == [b'f\r\ndata: {"x":1}\n\n\r\n']
+
+
+@pytest.mark.parametrize("state", ["paused", "disconnected", "complete", "not chunked"])
+def test_a_direct_write_declines_where_send_would_not_write_at_once(state: str) -> None:
+    cycle = FakeCycle()
+    write = body_writer(cycle)
+    if state == "paused":
+        cycle.flow.write_paused = True  # the client reads slower: send would wait
+    elif state == "disconnected":
+        cycle.disconnected = True
+    elif state == "complete":
+        cycle.response_complete = True
+    else:
+        cycle.chunked_encoding = False  # a content-length body
+    assert write(b"data: 1\n\n") is False
+    assert cycle.transport.out == []
+
+
+def test_the_hang_up_hook_goes_on_a_gateway_cycle_only() -> None:
+    cycle = FakeCycle()
+    called: list[int] = []
+    assert on_hang_up(cycle.receive, lambda: called.append(1)) is cycle
+    getattr(cycle, HANG_UP)()
+    assert called == [1]
+
+    other = FakeCycle()
+    delattr(other, HANG_UP)  # another server's cycle: the caller listens for itself
+    assert on_hang_up(other.receive, lambda: None) is None
+
+    gone = FakeCycle()
+    gone.disconnected = True  # the client left before the stream began
+    assert on_hang_up(gone.receive, lambda: None) is None
+
+    async def wrapped() -> dict[str, Any]:  # a middleware's receive: not the cycle's
+        return await cycle.receive()
+
+    assert on_hang_up(wrapped, lambda: None) is None
+
+
+def test_headers_read_once_answer_as_starlette_does() -> None:
+    raw = [(b"authorization", b"Bearer first"), (b"x-fastmode-fault", b"500"),
+           (b"authorization", b"Bearer second"), (b"content-type", b"application/json")]
+    mine, theirs = plain_headers(raw), Headers(raw=raw)
+    for name in ("authorization", "x-fastmode-fault", "content-type", "x-missing"):
+        assert mine.get(name) == theirs.get(name)
+
+
+@pytest.mark.parametrize(("level", "logged"), [("warning", False), ("error", False),
+                                               ("info", True), ("debug", True),
+                                               ("trace", True)])
+def test_access_lines_are_made_only_at_a_level_that_prints_them(monkeypatch, level: str,
+                                                                 logged: bool) -> None:
+    from gateway.app import create_app
+    from gateway.config import load_config
+    from gateway.shutdown import GatewayServer
+    from gateway.workers.server import serve
+
+    seen: dict[str, Any] = {}
+
+    def run(self: GatewayServer, sockets: Any = None) -> None:
+        seen["access_log"] = self.config.access_log
+
+    monkeypatch.setattr(GatewayServer, "run", run)
+    config = load_config()
+    serve(create_app(config), config, [], level)
+    assert seen["access_log"] is logged
+
+
+def test_a_streamed_reply_arrives_whole_through_the_direct_writes(live_server: str) -> None:
+    """On a real ``fastmode serve``: a streamed reply's events, written straight to the
+    connection, parse as the SDK parses them and end with ``[DONE]``."""
+    import httpx
+
+    async def go() -> list[str]:
+        async with httpx.AsyncClient(base_url=live_server, timeout=30) as c:
+            body = {"model": "frontier-spark", "stream": True, "max_tokens": 40, "ignore_eos": True,
+                    "messages": [{"role": "user", "content": "write a short poem"}]}
+            async with c.stream("POST", "/v1/chat/completions", json=body,
+                                headers={"authorization": "Bearer sk-test"}) as r:
+                assert r.status_code == 200
+                return [line async for line in r.aiter_lines() if line.startswith("data: ")]
+
+    lines = asyncio.run(go())
+    assert lines[-1] == "data: [DONE]"
+    assert sum('"content":' in line for line in lines) >= 40  # the role chunk + 40 tokens
