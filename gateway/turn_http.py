@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, cast
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
@@ -192,6 +192,21 @@ async def prefetch(req: Any, ctx: RequestContext) -> None:
         await ctx.store.load(rid)
 
 
+async def read_body(receive: Receive) -> bytes:
+    """The request body, as ``Request.body()`` reads it but without its async generator and
+    ``aclosing`` (a body comes in one message but for large ones): a client that left first
+    raises ``ClientDisconnect``."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+
+
 def plain_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
     """A request's headers as a dict, read once: a turn looks up five or six of them (the
     key, the tier, a fault, a test id, a trace), and Starlette's ``Headers`` scans and decodes
@@ -216,7 +231,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         try:
             if gateway.draining:
                 raise shutting_down()
-            raw = await request.body()
+            raw = await read_body(request.receive)
             # parse, bounds, validation and translation leave the loop for a large body
             req = await off_loop(len(raw), validated, protocol, raw, gateway.config.limits)
             # stored responses as this request's key sees them (gateway.ownership)
