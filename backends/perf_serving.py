@@ -261,12 +261,14 @@ def static_batch(
         raise ProfileError("static batch: batch, prompt and output tokens must be > 0")
     total = batch * prompt_tokens
     step_tokens = total if max_batched_tokens is None else max(1, max_batched_tokens)
-    ttft, done = 0.0, 0
-    while done < total:
-        c = min(step_tokens, total - done)
-        seqs = c / prompt_tokens  # whole prompts per step (fractional when chunked)
-        ttft += p.step_seconds(0, 0.0, c, seqs * prefill_attention_context(prompt_tokens, 0))
-        done += c
+    # every prefill step but the last carries the same tokens (whole prompts, fractional when
+    # chunked): one step time for them all, another for the rest
+    full, rest = divmod(total, step_tokens)
+    per_prompt = prefill_attention_context(prompt_tokens, 0)
+    ttft = 0.0
+    for c, n in ((step_tokens, full), (rest, 1 if rest else 0)):
+        if n:
+            ttft += n * p.step_seconds(0, 0.0, c, c / prompt_tokens * per_prompt)
     if request_overhead:  # the benchmark harness's own time to the first token
         ttft += p.hardware.request_overhead_ms * 1e-3
     steps = max(0, output_tokens - 1)
