@@ -227,7 +227,7 @@ def waves_throughput(p: Placement, requests: int, batch: int, prompt_tokens: int
     (``serving_steady_state``: prompts spread over the cycle, prefill riding along the others'
     decode steps, every step at the full batch) it loses the prefill steps that carry no decode
     and the last wave's partial batch: little when requests / batch is large (a dense model's
-    run of 3,000 requests, ~350 at a time: 1-2%), 10-25% when it is 1-2 (an MoE model with
+    run of 3,000 requests, ~350 at a time: 1-4%), 5-25% when it is 1-2 (an MoE model with
     thousands of sequences in the KV cache: the perf overview's 3,000 requests, 1,400-3,000 at a
     time). Checked against the continuous-batching scheduler (backends/scheduler.py) running
     the same queue: within ~7 points of its throughput on the perf overview's runs
