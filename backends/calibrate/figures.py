@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 
 from ..perf import Placement, Workload, serving_steady_state, static_batch
-from ..perf_serving import finite_run_throughput
+from ..perf_serving import finite_run_throughput, waves_throughput
 from ..profiles import Catalog, ProfileError
 from ..speculative import mtp_draft, speculative_placement
 from .engines import Engines, engine_for, load_engines
@@ -157,24 +157,17 @@ def shipped_engines() -> Engines:
     return _SHIPPED["e"]
 
 
-def workload(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> Workload:
-    """The model's steady state for a figure's conditions (raises ProfileError if refused).
-
-    ``engines``: the engine profiles (None: the shipped ones); the one covering the figure's
-    ``engine`` supplies its software terms (request and step overheads, GQA KV reads).
-    """
+def placement(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> Placement:
+    """The replica a figure was measured on, with its engine's terms and memory rule (raises
+    ProfileError if refused)."""
     model = catalog.get_model(fig.model)
     hw = catalog.get_hardware(fig.hardware)
     eng = engine_for(fig.engine, shipped_engines() if engines is None else engines)
-    if fig.max_batched_tokens is not None:
-        budget = fig.max_batched_tokens
-    else:
-        budget = 8192 if fig.scenario == "serving" else min(16384, fig.batch * fig.prompt_tokens)
     memory: dict[str, Any]
     if eng is not None and hw.kind == "gpu":
         hw = eng.hardware(hw)
         read = eng.kv_read_factor(model)
-        memory = eng.memory(fig.memory_fraction, budget)
+        memory = eng.memory(fig.memory_fraction, _budget(fig))
     else:
         read = 1.0
         memory = {"memory_utilization": fig.memory_fraction or 0.9}
@@ -185,6 +178,32 @@ def workload(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> W
         draft = mtp_draft(model) if fig.speculative == "mtp" else catalog.get_model(
             fig.speculative)
         p = speculative_placement(p, draft, fig.chips, fig.draft_tokens, fig.acceptance)
+    return p
+
+
+def _budget(fig: Figure) -> int:
+    """The step token budget whose activations the engine reserves."""
+    if fig.max_batched_tokens is not None:
+        return fig.max_batched_tokens
+    return 8192 if fig.scenario == "serving" else min(16384, fig.batch * fig.prompt_tokens)
+
+
+def is_offline_waves(fig: Figure) -> bool:
+    """A throughput of fixed-length requests, ``requests`` of them in the run: what
+    ``waves_throughput`` predicts (every request queued at once, or a closed loop of that many
+    users started together, runs in waves of the batch)."""
+    return (fig.scenario == "serving" and fig.length_ratio >= 1 and bool(fig.requests)
+            and not fig.speculative
+            and fig.metric in ("throughput", "throughput_per_chip"))
+
+
+def workload(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> Workload:
+    """The model's steady state for a figure's conditions (raises ProfileError if refused).
+
+    ``engines``: the engine profiles (None: the shipped ones); the one covering the figure's
+    ``engine`` supplies its software terms (request and step overheads, GQA KV reads).
+    """
+    p = placement(fig, catalog, engines)
     if fig.scenario == "static":
         return static_batch(p, fig.batch, fig.prompt_tokens, fig.output_tokens,
                             fig.max_batched_tokens, request_overhead=True)
@@ -218,6 +237,9 @@ def predict_si(fig: Figure, catalog: Catalog, engines: Engines | None = None) ->
     tput = w.output_tokens_per_s
     if fig.requests and fig.scenario == "serving" and fig.length_ratio < 1:
         tput = finite_run_throughput(w, fig.requests)  # users out of step: a ragged drain
+    elif fig.requests and is_offline_waves(fig):  # one length, started together: waves
+        tput = waves_throughput(placement(fig, catalog, engines), fig.requests, w.running,
+                                fig.prompt_tokens, fig.output_tokens, _budget(fig))
     if fig.metric == "throughput":
         return tput
     if fig.metric == "throughput_per_chip":
@@ -293,8 +315,10 @@ __all__ = [
     "evaluate",
     "figure_from_dict",
     "group_stats",
+    "is_offline_waves",
     "load_figures",
     "load_published",
+    "placement",
     "predict_figure",
     "predict_si",
     "shipped_engines",

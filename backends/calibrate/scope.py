@@ -13,6 +13,10 @@ The rule is stated in terms of a figure's conditions, never its error:
   queued sequences every expert is busy, the batch is split over attention data-parallel ranks
   and expert-parallel all-to-alls, and the engine's MoE kernels switch to grouped-GEMM paths
   whose efficiency the model has no term for (docs/calibration.md, "Scored, not fitted").
+  What such a run's structure costs is modelled (an offline run of one length is waves of the
+  batch, ``perf_serving.waves_throughput``, and the batch is the one trtllm-bench picks);
+  what is left is no single term (docs/calibration.md, "Offline runs are waves"), so the rule
+  stays.
 """
 
 from __future__ import annotations
