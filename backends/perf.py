@@ -38,7 +38,7 @@ from .memory import (
     kv_replication,
 )
 from .moe import touched_expert_share
-from .profiles import GIB, HardwareProfile, ModelProfile, ProfileError, bytes_per_param
+from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
 from .step_terms import (
     ACTIVATION_BYTES,
     ATTENTION_PRECISION,
@@ -157,17 +157,17 @@ class Placement:
         """Activations at the step budget and the engine's own reserve, per chip."""
         act = activation_bytes_per_chip(self.model, self.activation_tokens, self.chips,
                                         self.attention_dp)
-        return act + self.reserved_gb * GIB
+        return act + self.reserved_gb * 1e9
 
     @property
     def usable_memory_bytes(self) -> float:
-        return self.chips * self.hardware.memory_bytes * self.memory_utilization
+        return self.chips * self.hardware.memory_gb * 1e9 * self.memory_utilization
 
     @property
     def kv_memory_bytes(self) -> float:
         """Memory the replica gives its KV cache (may be negative: does not fit)."""
         taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
-        return self.chips * kv_memory_per_chip(self.hardware.memory_bytes, taken,
+        return self.chips * kv_memory_per_chip(self.hardware.memory_gb * 1e9, taken,
                                                self.memory_utilization, self.kv_memory_fraction)
 
     @property

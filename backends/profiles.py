@@ -23,13 +23,6 @@ BYTES_PER_PARAM: dict[str, float] = {
     "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 4.5 / 8, "mxfp4": 4.25 / 8,
 }
 ALIASES = {"nvfp4": "fp4"}
-# A GPU's memory is sold in binary gigabytes: HBM stacks hold 16, 24 or 36 GiB, and an
-# "80 GB" H100 shows 81,559 MiB in nvidia-smi (79.2 GiB free to CUDA before any allocation,
-# the "total GPU memory 79.19 GiB" of vLLM's start-up log), an "80 GB" A100 81,920 MiB, a
-# "141 GB" H200 143,771 MiB, a "180 GB" B200 183,359 MiB, a "192 GB" MI300X 196,592 MiB. The
-# weights are counted in decimal bytes (parameters x bytes per parameter). A wafer's SRAM is
-# the sum of its cores' (900,000 x 48 KB on a WSE-3: ~44e9 bytes), decimal.
-GIB = float(2**30)
 FOUR_BIT = ("fp4", "mxfp4")
 
 
@@ -119,12 +112,6 @@ class HardwareProfile:
     scale_out_gbs: float = 50.0  # 400 Gb/s InfiniBand / RoCE NIC per GPU
     scale_out_latency_us: float = 60.0
     description: str = ""
-
-    @property
-    def memory_bytes(self) -> float:
-        """Bytes of memory per chip: ``memory_gb`` binary gigabytes of HBM on a GPU (``GIB``),
-        decimal ones of SRAM on a wafer."""
-        return self.memory_gb * (GIB if self.kind == "gpu" else 1e9)
 
     @property
     def kv_bandwidth_efficiency(self) -> float:

@@ -30,8 +30,7 @@ from backends.calibrate import (
 from backends.calibrate.engines import ENGINE_PRIORS, ENGINE_RELATIVES, inherit_engines
 from backends.calibrate.harness import harness_of, through_server
 from backends.calibrate.lineage import held_at_prior, informed_terms
-from backends.perf import Placement
-from backends.profiles import GIB, Catalog
+from backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 
@@ -141,12 +140,3 @@ def test_the_pooled_fit_puts_a_served_engines_overhead_in_its_server_term() -> N
     _, fitted = fit_pooled(made, base, engines=start, sweeps=3)
     assert fitted["e"].request_overhead_ms == 1.0
     assert fitted["e"].serving_overhead_ms == pytest.approx(20.0, rel=0.1)
-
-
-def test_gpu_memory_is_in_binary_gigabytes() -> None:
-    """An "80 GB" H100 holds 80 GiB (nvidia-smi: 81,559 MiB); a wafer's SRAM is decimal."""
-    h100, wafer = CAT.get_hardware("h100-sxm"), CAT.get_hardware("wse-3")
-    assert h100.memory_bytes == 80 * GIB
-    assert wafer.memory_bytes == wafer.memory_gb * 1e9
-    p = Placement(CAT.get_model("llama-3.1-70b"), h100, 2, "fp8", kv_precision="fp8")
-    assert p.kv_memory_bytes == pytest.approx(2 * 80 * GIB * 0.9 - p.weight_bytes)
