@@ -3,8 +3,11 @@
 A published figure was measured on an engine (TensorRT-LLM v0.6.1, NIM 1.8, vLLM 0.11.2,
 LMDeploy TurboMind...). What the engine does, not the chip, sets some terms of the model:
 
-- ``request_overhead_ms``: time to the first token besides the engine steps (API server,
-  tokenizer, detokenizer, streaming); only serving benchmarks see it;
+- ``request_overhead_ms``: the runtime's time to the first token besides the engine steps
+  (scheduling the context phase, sampling, the token copied back), whatever the harness;
+- ``serving_overhead_ms``: what its API server adds before the first token (parsing and
+  tokenizing the request, the hop to the engine process, detokenizing and streaming the first
+  token to the client): only figures measured through a server see it (``harness.py``);
 - ``step_overhead_ms``: host work per step (scheduler, launches not captured in a graph);
 - memory (not fitted; each engine's rule, backends/memory.py): ``kv_memory`` "total" (vLLM:
   ``memory_fraction`` of the chip minus weights, activations at the step budget and
@@ -33,7 +36,7 @@ from typing import Any
 from ..profiles import HardwareProfile, ModelProfile
 
 ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
-                 "compute_scale", "seq_overhead_us")
+                 "compute_scale", "seq_overhead_us", "serving_overhead_ms")
 REFERENCE_ENGINE = "vllm"  # the engine whose terms the hardware profiles carry (fastmode serve)
 
 
@@ -47,6 +50,9 @@ class EngineProfile:
     bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
     compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
     seq_overhead_us: float = 2.0  # host work per sequence of a step
+    # its API server's time to the first token, on top of request_overhead_ms (a figure
+    # measured through a server, harness.py); 0: a profile that does not split them
+    serving_overhead_ms: float = 0.0
     # memory accounting (not fitted): its rule, its default share, its own reserve per chip
     kv_memory: str = "total"
     memory_fraction: float = 0.9
@@ -64,18 +70,25 @@ class EngineProfile:
     def covers(self, engine: str) -> bool:
         return any(engine.startswith(m) for m in self.match)
 
-    def hardware(self, hw: HardwareProfile) -> HardwareProfile:
+    def hardware(self, hw: HardwareProfile, server: bool = True) -> HardwareProfile:
         """``hw`` with this engine's software terms in place of the profile's own and its
-        kernels' efficiencies (the profile's scaled, at most 1)."""
+        kernels' efficiencies (the profile's scaled, at most 1). ``server``: requests reach it
+        through its API server (its serving term is in the time to the first token), as a
+        user's do; False for an in-process harness (a static or offline benchmark)."""
         bw, fl = self.bandwidth_scale, self.compute_scale
         return replace(
-            hw, request_overhead_ms=self.request_overhead_ms,
+            hw, request_overhead_ms=self.first_token_overhead_ms(server),
             step_overhead_ms=self.step_overhead_ms, seq_overhead_us=self.seq_overhead_us,
             mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
             mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),
             mfu_fp4=None if hw.mfu_fp4 is None else min(1.0, hw.mfu_fp4 * fl),
         )
+
+    def first_token_overhead_ms(self, server: bool = True) -> float:
+        """The time to the first token besides the steps: the runtime's, and its API
+        server's when the request went through one."""
+        return self.request_overhead_ms + (self.serving_overhead_ms if server else 0.0)
 
     def memory(self, fraction: float | None, budget: int) -> dict[str, Any]:
         """Placement memory arguments of this engine at its share ``fraction`` (None: its
@@ -116,10 +129,15 @@ def load_engines() -> dict[str, EngineProfile]:
 
 
 # The engines' starting points (the values of backends/data/engines.toml before any fit, with
-# their sources there): 5 ms before the first token, 1 ms of host work per step, and a GQA
-# group's KV read once, except TensorRT-LLM before its XQA kernel (read once per query head).
-_ENGINE_PRIOR = {"request_overhead_ms": 5.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
-                 "bandwidth_scale": 1.0, "compute_scale": 1.0, "seq_overhead_us": 2.0}
+# their sources there): 1 ms of host work per step, and a GQA group's KV read once, except
+# TensorRT-LLM before its XQA kernel (read once per query head). Before the first token: the
+# runtime's own work is one step's host work (it schedules the context phase, samples, copies
+# the token back: 1 ms, as step_overhead_ms); an API server adds 5 ms (parsing and tokenizing
+# the request, the hop to the engine process, detokenizing and streaming the first token: the
+# prior the whole request overhead had before the harness was a condition of a figure).
+_ENGINE_PRIOR = {"request_overhead_ms": 1.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
+                 "bandwidth_scale": 1.0, "compute_scale": 1.0, "seq_overhead_us": 2.0,
+                 "serving_overhead_ms": 5.0}
 ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm-pre-xqa": {**_ENGINE_PRIOR, "gqa_reread": 1.0},
     "trtllm-xqa": dict(_ENGINE_PRIOR),
@@ -141,7 +159,12 @@ KV_MEMORY_RULES = ("total", "free", "static")
 #   all-reduce plugins) the PyTorch backend (trtllm, v0.19+) calls: each generation's nearest
 #   relatives are the ones next to it (the XQA blog; the perf overview measures both runtimes on
 #   one page); the masked-MHA GQA reads (gqa_reread) stay pre-XQA's own;
-# - vllm-rocm -> vllm: AMD's ROCm builds of the same vLLM scheduler and API server;
+# - vllm-rocm -> vllm: AMD's ROCm builds of the same vLLM scheduler and API server; and
+#   vllm -> vllm-rocm, then ATOM: vLLM's design in other builds (ATOM: "a lightweight
+#   vLLM-like implementation", its scheduler and OpenAI-compatible Python server modelled on
+#   vLLM's, benchmarked with vLLM's benchmark_serving client) -- only what vLLM's own
+#   figures do not inform comes from them (its API server's time, when no vLLM TTFT is measured
+#   through a server);
 # - atom <-> atom-2026 (two generations of AMD's ATOM: 0.1.1 on ROCm 7.1, late 2025, and the
 #   ROCm 7.2 builds of 2026), then vllm-rocm: ATOM is "a lightweight vLLM-like implementation"
 #   on the AITER kernels vLLM-ROCm also uses (ROCm/ATOM README);
@@ -153,6 +176,7 @@ ENGINE_RELATIVES: dict[str, tuple[str, ...]] = {
     "trtllm-cpp": ("trtllm-xqa", "trtllm", "trtllm-pre-xqa"),
     "trtllm": ("trtllm-cpp", "trtllm-xqa", "trtllm-pre-xqa"),
     "vllm-rocm": ("vllm",),
+    "vllm": ("vllm-rocm", "atom", "atom-2026"),
     "atom": ("atom-2026", "vllm-rocm", "vllm"),
     "atom-2026": ("atom", "vllm-rocm", "vllm"),
     "sglang": ("vllm",),

@@ -15,6 +15,7 @@ from ..perf_serving import finite_run_throughput, waves_throughput
 from ..profiles import Catalog, ProfileError
 from ..speculative import mtp_draft, speculative_placement
 from .engines import Engines, engine_for, load_engines
+from .harness import HARNESSES, through_server
 
 SCENARIOS = ("static", "serving")
 METRICS = ("ttft", "itl", "e2e", "throughput", "throughput_per_chip", "user_tokens_per_s")
@@ -77,6 +78,9 @@ class Figure:
     speculative: str = ""
     draft_tokens: int = 0
     acceptance: float = 0.0
+    # how the source ran the engine (calibrate/harness.py): "static", "offline" (in process,
+    # no API server) or "server"; "" = from the scenario and the conditions
+    harness: str = ""
     engine: str = ""
     where: str = ""
     url: str = ""
@@ -113,6 +117,8 @@ def figure_from_dict(raw: Mapping[str, Any], index: int = 0) -> Figure:
         raise CalibrationError(f"{where}.value: must be > 0")
     if not 0 < fig.length_ratio <= 1:
         raise CalibrationError(f"{where}.length_ratio: must be in (0, 1]")
+    if fig.harness and fig.harness not in HARNESSES:
+        raise CalibrationError(f"{where}.harness: {fig.harness!r}; allowed: {', '.join(HARNESSES)}")
     if fig.speculative and not (fig.draft_tokens >= 1 and 0 < fig.acceptance < 1):
         raise CalibrationError(f"{where}.speculative: needs draft_tokens >= 1 and acceptance "
                                "in (0, 1)")
@@ -165,7 +171,7 @@ def placement(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> 
     eng = engine_for(fig.engine, shipped_engines() if engines is None else engines)
     memory: dict[str, Any]
     if eng is not None and hw.kind == "gpu":
-        hw = eng.hardware(hw)
+        hw = eng.hardware(hw, server=through_server(fig))
         read = eng.kv_read_factor(model)
         memory = eng.memory(fig.memory_fraction, _budget(fig))
     else:

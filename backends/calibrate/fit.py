@@ -10,7 +10,7 @@ from typing import Any
 from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
 from .engines import REFERENCE_ENGINE, EngineProfile, Engines, inherit_engines
 from .figures import CalibrationError, Figure, predict_si
-from .lineage import informed_terms, measured_sibling
+from .lineage import held_at_prior, informed_terms, measured_sibling
 from .params import (
     CHIP,
     CHIP_EFFICIENCIES,
@@ -188,9 +188,12 @@ def fit_pooled(
     start: dict[str, float] = {k: v for k, v in GPU_PRIOR.items() if k in chip + SHARED}
     start.update({k: v for k, v in GPU_PRIOR.items() if k not in start})
     seen = _engines_seen(gpu, engines)
+    fixed = held_at_prior(gpu, engines)
     for e in seen:
         for k, v in engines[e].values().items():
             start[f"{e}/{k}"] = v
+            if k in fixed.get(e, ()):
+                continue  # the figures cannot tell it apart (lineage.held_at_prior)
             if k == "gqa_reread" and v == 0:
                 continue  # kernels known to read a GQA group's KV once stay so
             if k in ("bandwidth_scale", "compute_scale") and e == REFERENCE_ENGINE:
@@ -273,11 +276,11 @@ class Fit:
 
     def hardware_values(self, name: str) -> dict[str, float]:
         """What hardware.toml gets: the profile's values, with the reference engine's
-        overheads (what ``fastmode serve`` imitates) for a GPU."""
+        overheads (what ``fastmode serve`` imitates: its API server's included) for a GPU."""
         values = dict(self.hardware[name].values)
         ref = self.engines.get(REFERENCE_ENGINE)
         if ref is not None and name in self.gpus:
-            values["request_overhead_ms"] = ref.request_overhead_ms
+            values["request_overhead_ms"] = ref.first_token_overhead_ms(server=True)
             values["step_overhead_ms"] = ref.step_overhead_ms
             values["seq_overhead_us"] = ref.seq_overhead_us
         return values

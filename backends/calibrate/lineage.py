@@ -9,9 +9,11 @@ from collections.abc import Sequence
 
 from .engines import REFERENCE_ENGINE, EngineProfile, Engines
 from .figures import Figure
+from .harness import through_server
 from .params import ENGINE_SPECS, HW_SIBLINGS
 
 SCALES = ("bandwidth_scale", "compute_scale")
+FIRST_TOKEN = ("request_overhead_ms", "serving_overhead_ms")  # the runtime's, its server's
 
 
 def measured_sibling(name: str, figures: Sequence[Figure]) -> str | None:
@@ -26,9 +28,12 @@ def informed_terms(
     """The engine terms each engine's figures inform (its own fit keeps them), and those it
     may pass on to the engines that derive from it (``inherit_engines``):
 
-    - the time to the first token besides the steps: informed by any TTFT or end-to-end
-      latency; passed on only from a serving benchmark's (an API server, a tokenizer and a
-      client: a static batch's harness has none of them);
+    - the runtime's time to the first token besides the steps (``request_overhead_ms``):
+      measured by a TTFT taken in process (a static or offline harness, ``harness.py``), where
+      nothing else is in it, and passed on from there; an engine timed otherwise keeps its
+      prior (``held_at_prior``);
+    - its API server's (``serving_overhead_ms``): informed and passed on by the TTFTs and
+      end-to-end latencies measured through a server;
     - the kernels' shares of the chip's peaks (``SCALES``): informed by any figure; passed on
       only from figures on two or more hardware (on one chip alone the stage-1 fit puts that
       chip's difference from the pooled GPU into them, which an engine on another chip must
@@ -42,16 +47,41 @@ def informed_terms(
                 and not any(o.covers(f.engine) for o in before(engines, name))]
         if not mine:
             continue
-        base = set(ENGINE_SPECS) - {"request_overhead_ms", *SCALES}
+        base = set(ENGINE_SPECS) - {*FIRST_TOKEN, *SCALES}
         own, out = base | set(SCALES), set(base)
-        if any(f.metric in ("ttft", "e2e") for f in mine):
+        timed = [f for f in mine if f.metric in ("ttft", "e2e")]
+        if timed:
             own.add("request_overhead_ms")
-        if any(f.scenario == "serving" and f.metric in ("ttft", "e2e") for f in mine):
+        if any(runtime_timed(f) for f in timed):
             out.add("request_overhead_ms")
+        if any(through_server(f) for f in timed):
+            own.add("serving_overhead_ms")
+            out.add("serving_overhead_ms")
         if name == REFERENCE_ENGINE or len({f.hardware for f in mine}) > 1:
             out.update(SCALES)
         informs[name], passes[name] = frozenset(own), frozenset(out)
     return informs, passes
+
+
+def held_at_prior(figures: Sequence[Figure], engines: Engines) -> dict[str, frozenset[str]]:
+    """The terms each engine's figures depend on but cannot tell apart, which the fit leaves
+    at their priors: the runtime's time to the first token of an engine timed without a TTFT
+    taken in process. A TTFT measured through its API server sees the runtime's and the
+    server's together (the server's term takes the difference); a static batch's end-to-end
+    latency (seconds of decoding) cannot tell a millisecond before its first token."""
+    out: dict[str, frozenset[str]] = {}
+    for name, e in engines.items():
+        timed = [f for f in figures if f.metric in ("ttft", "e2e") and e.covers(f.engine)
+                 and not any(o.covers(f.engine) for o in before(engines, name))]
+        if timed and not any(runtime_timed(f) for f in timed):
+            out[name] = frozenset({"request_overhead_ms"})
+    return out
+
+
+def runtime_timed(fig: Figure) -> bool:
+    """True if ``fig`` measures the runtime's time to the first token: a TTFT taken in
+    process (no API server in it)."""
+    return fig.metric == "ttft" and not through_server(fig)
 
 
 def before(engines: Engines, name: str) -> list[EngineProfile]:
@@ -64,4 +94,5 @@ def before(engines: Engines, name: str) -> list[EngineProfile]:
     return out
 
 
-__all__ = ["SCALES", "before", "informed_terms", "measured_sibling"]
+__all__ = ["FIRST_TOKEN", "SCALES", "before", "held_at_prior", "informed_terms",
+           "measured_sibling", "runtime_timed"]

@@ -59,6 +59,7 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("bandwidth_scale", 0.5, 1.5, 0.15),
     Param("compute_scale", 0.4, 2.0, 0.25),
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
+    Param("serving_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",

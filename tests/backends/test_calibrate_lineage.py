@@ -40,13 +40,15 @@ def test_an_unmeasured_engine_takes_what_its_ancestors_measured():
     engines = {  # the first profile that covers a figure's engine is its engine
         "vllm-rocm": EngineProfile("vllm-rocm", ("vLLM (ROCm",), request_overhead_ms=5.0,
                                    step_overhead_ms=1.8, compute_scale=0.5),
-        "vllm": EngineProfile("vllm", ("vLLM",), request_overhead_ms=22.0, step_overhead_ms=0.9,
-                              compute_scale=1.0),
+        "vllm": EngineProfile("vllm", ("vLLM",), request_overhead_ms=1.0, step_overhead_ms=0.9,
+                              compute_scale=1.0, serving_overhead_ms=21.0),
         "atom": EngineProfile("atom", ("ATOM",), gqa_reread=0.3),
     }
     # vLLM-ROCm measured by a static batch on one chip: its host work passes on, its time to
-    # the first token (no API server in a static batch) and its kernel scales (one chip: not
-    # told apart from the chip's efficiencies) do not; vLLM's serving figures pass everything
+    # the first token (an end-to-end latency of seconds cannot tell it) and its kernel scales
+    # (one chip: not told apart from the chip's efficiencies) do not; vLLM's serving figures
+    # pass everything but the runtime's time to the first token (a served TTFT sees it only
+    # together with the API server's)
     figs = [figure(0, engine="vLLM (ROCm, 2024)", hardware="mi300x", metric="e2e",
                    scenario="static"),
             figure(1, engine="vLLM 0.11", hardware="h100-sxm", metric="ttft"),
@@ -54,12 +56,14 @@ def test_an_unmeasured_engine_takes_what_its_ancestors_measured():
     informs, passes = informed_terms(figs, engines)
     assert "request_overhead_ms" in informs["vllm-rocm"]
     assert not {"request_overhead_ms", "compute_scale"} & passes["vllm-rocm"]
-    assert {"request_overhead_ms", "compute_scale"} <= passes["vllm"]
+    assert {"serving_overhead_ms", "compute_scale"} <= passes["vllm"]
+    assert "request_overhead_ms" not in passes["vllm"]
     assert "atom" not in informs
     out = inherit_engines(engines, informs, passes)
     atom = out["atom"]
     assert atom.step_overhead_ms == 1.8  # the nearest ancestor that measured it
-    assert atom.request_overhead_ms == 22.0 and atom.compute_scale == 1.0  # from vLLM
+    assert atom.serving_overhead_ms == 21.0 and atom.compute_scale == 1.0  # from vLLM
+    assert atom.request_overhead_ms == 5.0  # no relative measured it in process: its own
     assert atom.gqa_reread == 0.3  # a kernel's own property: never inherited
     # a measured engine keeps what its own figures inform
     assert out["vllm-rocm"].compute_scale == 0.5 and out["vllm-rocm"].request_overhead_ms == 5.0
