@@ -17,6 +17,7 @@ import anthropic
 import httpx
 import openai
 import pytest
+from conftest import quick_config_text
 from test_openai_sdk import USER
 
 from gateway.app import create_app
@@ -105,7 +106,7 @@ async def test_responses_and_settings_round_trip(tmp_path) -> None:
 @pytest.fixture
 async def app(tmp_path) -> AsyncIterator:
     cfg = tmp_path / "c.toml"
-    cfg.write_text(default_config_text() + ADMIN)
+    cfg.write_text(quick_config_text() + ADMIN)  # what is counted, not how fast: quick hardware
     config = load_config(cfg)
     config = config.model_copy(update={"state": config.state.model_copy(
         update={"path": str(tmp_path / "ledger.db")})})
