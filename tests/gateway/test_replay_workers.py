@@ -95,6 +95,11 @@ def test_record_from_an_engine_then_replay_on_two_workers_sharing_redis(tmp_path
                 assert conversation(url) == recorded
             assert agent.run(url + "/v1") == steps
             served = served_by_worker(url)
+            for _ in range(30):  # the kernel may hand a few connections in a row to one worker
+                if len(served) == 2:
+                    break
+                assert conversation(url) == recorded
+                served = served_by_worker(url)
         finally:
             stop_server(proc)
     assert len(served) == 2 and all(n > 0 for n in served.values()), served
