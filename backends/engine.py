@@ -9,6 +9,7 @@ the derived prices are computed against), and the fleet the deployments share is
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
@@ -76,6 +77,12 @@ class EngineSpec:
     tiers: dict[str, Tier]
     scripts: tuple[ScriptRule, ...] = field(default_factory=tuple)
     fleet: FleetSpec | None = None  # None: no fleet and no tenant dynamics (a bare engine)
+
+    @cached_property
+    def max_context_window(self) -> int:
+        """The largest context window of any tier: no longer prompt can be served (read
+        on every request, worked out once: the spec is a value)."""
+        return max((t.context_window for t in self.tiers.values()), default=0)
 
 
 def _reference_reserve(hardware: HardwareProfile) -> float:

@@ -66,6 +66,23 @@ def body_writer(cycle: Any) -> Callable[[bytes], bool]:
     return write
 
 
+def on_hang_up(receive: Any, hook: Callable[[], None]) -> Any:
+    """Put ``hook`` on the request cycle ``receive`` reads from, if it is a ``GatewayHttp``
+    cycle still connected: its connection calls the hook when the client goes away. The
+    cycle, or None (another server, a wrapped ``receive``, a client already gone): the
+    caller then listens for ``http.disconnect`` itself."""
+    cycle = getattr(receive, "__self__", None)
+    if cycle is None or getattr(cycle, HANG_UP, False) is not None or cycle.disconnected:
+        return None
+    hang_up_hook(cycle, hook)
+    return cycle
+
+
+def hang_up_hook(cycle: Any, hook: Callable[[], None] | None) -> None:
+    """Set (or, with None, take off) the hook ``cycle``'s connection calls on a hang-up."""
+    setattr(cycle, HANG_UP, hook)
+
+
 class _HeadTooLarge(Exception):
     """Raised inside the parser's headers-complete callback to stop before any dispatch."""
 
@@ -217,8 +234,8 @@ class GatewayHttp(HttpToolsProtocol):
         if size > self.max_header_bytes:
             raise _HeadTooLarge()  # before the request is dispatched
         super().on_headers_complete()
-        if self.cycle is not None:  # a stream may hang a hook here (``gateway.turn_http``)
-            setattr(self.cycle, HANG_UP, None)
+        if self.cycle is not None:  # a stream may hang a hook here (``on_hang_up``)
+            hang_up_hook(self.cycle, None)
 
     def data_received(self, data: bytes) -> None:
         """uvicorn's, with the head counted and a 431 instead of a dispatch past the bound."""

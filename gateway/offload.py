@@ -107,21 +107,9 @@ def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig) -> A
     return protocol.validate(body)
 
 
-_MAX_CONTEXT: dict[int, tuple[Any, int]] = {}  # id(tiers) -> (tiers, their largest window)
-
-
 def max_context(gateway: Gateway) -> int:
-    """The largest context window of any tier: no prompt longer than this can be served
-    (worked out once per set of tiers: a reload makes a new set)."""
-    tiers = gateway.spec.tiers
-    hit = _MAX_CONTEXT.get(id(tiers))
-    if hit is not None and hit[0] is tiers:
-        return hit[1]
-    most = max((t.context_window for t in tiers.values()), default=0)
-    if len(_MAX_CONTEXT) > 8:
-        _MAX_CONTEXT.clear()
-    _MAX_CONTEXT[id(tiers)] = (tiers, most)
-    return most
+    """The largest context window of any tier: no prompt longer than this can be served."""
+    return gateway.spec.max_context_window
 
 
 def prompt_too_long(protocol: str, exc: PromptTooLong) -> APIError:

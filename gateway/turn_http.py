@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .background import Background
-from .connections import HANG_UP, body_writer
+from .connections import body_writer, hang_up_hook, on_hang_up
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -109,7 +109,7 @@ class TurnStream(StreamingResponse):
             if listener is not None:
                 listener.cancel()
             else:
-                cycle.on_hang_up = None
+                hang_up_hook(cycle, None)
 
     def push(self, start: int, count: int) -> Coroutine[Any, Any, None] | None:
         """Push mode (``gateway.push``): these tokens' events written to the connection now
@@ -153,17 +153,6 @@ class TurnStream(StreamingResponse):
         if turn.cut or ended:
             return  # a `cut` fault: the connection drops mid-stream
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-def on_hang_up(receive: Receive, hook: Callable[[], None]) -> Any:
-    """Put ``hook`` on the connection ``receive`` reads from, if it is a ``GatewayHttp``
-    request cycle still connected (it then calls the hook when the client goes away); the
-    cycle, or None (another server, a wrapped ``receive``, a client already gone)."""
-    cycle = getattr(receive, "__self__", None)
-    if cycle is None or getattr(cycle, HANG_UP, False) is not None or cycle.disconnected:
-        return None
-    cycle.on_hang_up = hook
-    return cycle
 
 
 class Truncated(Response):

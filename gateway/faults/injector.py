@@ -50,7 +50,7 @@ class FaultInjector:
             return out
         test_id = headers.get(TEST_ID_HEADER, "")
         admin = self.state.settings(NAMESPACE)
-        for scope in ((test_id, "") if test_id and admin else ("",) if admin else ()):
+        for scope in ((test_id, "") if test_id else ("",)) if admin else ():
             out.extend(from_rule(rule, "admin") for (sc, _), rule in sorted(admin.items(),
                                                                             key=str)
                        if sc == scope)

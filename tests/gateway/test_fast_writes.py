@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.connections import HANG_UP, body_writer
-from gateway.turn_http import on_hang_up, plain_headers
+from gateway.connections import HANG_UP, body_writer, on_hang_up
+from gateway.turn_http import plain_headers
 
 
 class FakeTransport:
