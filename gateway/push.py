@@ -52,10 +52,11 @@ class Pusher(Protocol):
 
     def lagged(self, lag: float, max_lag: float) -> None: ...
 
-Push = Callable[[int, int], Coroutine[Any, Any, None] | None]
-"""The send of the events of tokens ``start .. start + count``, as a coroutine not yet started
-(the events are encoded when it is made; the send runs when it is driven), or None: the
-transport wrote them already (``gateway.connections.body_writer``)."""
+Push = Callable[[int, int, Any], Coroutine[Any, Any, None] | None]
+"""The send of the events of tokens ``start .. start + count``, after ``lead`` (events the
+transport sends first, in its own form, or None: Chat's role chunk goes with the first token),
+as a coroutine not yet started (the events are encoded when it is made; the send runs when it
+is driven), or None: the transport wrote them already (``gateway.connections.body_writer``)."""
 
 log = logging.getLogger("fastmode.turn")
 
@@ -163,11 +164,14 @@ class _Done(asyncio.Future[Any]):
         return super().cancel(msg)
 
 
-async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float) -> bool:
+async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float,
+                  lead: Any = None) -> tuple[bool, Any]:
     """Stream in push mode until it ends (all tokens sent, a write that waits, the stream
-    cancelled or lagging); False if it could not start (the caller then waits for tokens).
-    ``turn.abort`` is set if the stream fell ``max_lag`` behind; a write that raised is raised
-    as ``WriteFailed``, anything else as itself."""
+    cancelled or lagging): (True, ``lead`` if it is still to be sent), or (False, ``lead``)
+    if it could not start (the caller then waits for tokens). ``lead``: events to send with
+    the first tokens (Chat's role chunk), so push mode begins before the first token and the
+    turn's task is not woken for it. ``turn.abort`` is set if the stream fell ``max_lag``
+    behind; a write that raised is raised as ``WriteFailed``, anything else as itself."""
     loop = asyncio.get_running_loop()
     clock = loop.time
     done = _Done(loop, stream)
@@ -195,9 +199,14 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
                 if replica.late - turn.paused > max_lag:  # as in the turn's own loop
                     turn.lagged(replica.late - turn.paused, max_lag)
                     return end(None)
-                send = push(start, n)  # (an encoder's failure raises here: the turn's own)
+                nonlocal lead
+                first, lead = lead, None
+                send = push(start, n, first)  # (an encoder's failure: the turn's own)
                 if trace is not None:  # handed to the transport now, from the step
-                    trace.event(stream.due_at(start, n), monotonic(), n)
+                    sent = monotonic()
+                    if first is not None:
+                        trace.event(None, sent, 0)
+                    trace.event(stream.due_at(start, n), sent, n)
                 if send is None:  # written to the transport already
                     return True
                 try:
@@ -217,7 +226,7 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
             return False
 
     if not stream.listen(due):
-        return False
+        return False, lead
     try:
         rest = await done
     except asyncio.CancelledError as cancel:
@@ -241,4 +250,4 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float)
             await finish_send(rest.sender, rest.waiting)  # raises WriteFailed: the send's own
         finally:
             turn.writing_since = 0.0
-    return True
+    return True, lead

@@ -276,12 +276,13 @@ class Turn:
             while True:  # the engine's token stream itself, no iterator layer in between
                 n = take()
                 if not n:
-                    if (push is not None and engine is not None and pending is None
-                            and self.stream_fault is None and self.abort is None
-                            and await pushing(self, engine, push, max_lag)):
-                        if self.abort is not None:
-                            break
-                        continue  # push mode ended: look at the stream again
+                    if (push is not None and engine is not None and self.stream_fault is None
+                            and self.abort is None):
+                        pushed, pending = await pushing(self, engine, push, max_lag, pending)
+                        if pushed:
+                            if self.abort is not None:
+                                break
+                            continue  # push mode ended: look at the stream again
                     waiter = ready()
                     if waiter is None:
                         break

@@ -111,10 +111,10 @@ class TurnStream(StreamingResponse):
             else:
                 hang_up_hook(cycle, None)
 
-    def push(self, start: int, count: int) -> Coroutine[Any, Any, None] | None:
-        """Push mode (``gateway.push``): these tokens' events written to the connection now
-        (None), or the send of them, which the engine's step runs."""
-        body = self._tokens(start, count)
+    def push(self, start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None] | None:
+        """Push mode (``gateway.push``): these tokens' events (after ``lead``) written to the
+        connection now (None), or the send of them, which the engine's step runs."""
+        body = self._tokens(start, count) if lead is None else lead + self._tokens(start, count)
         direct = self._direct
         if direct is not None and direct(body):
             return None

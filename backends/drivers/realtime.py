@@ -261,7 +261,7 @@ class RealtimeReplica(Replica):
             if isinstance(stream, TokenStream):
                 stream.lag_first = slipped
                 if stream.waits_first:
-                    stream.wake()
+                    stream.first_token()
         for seq in result.finished:
             stream = seq.tag
             if isinstance(stream, TokenStream):

@@ -146,15 +146,31 @@ class TokenStream(CountStream):
         handed out, cancelled, replica stopped: one last call). The callback returns True to be
         called again, False to stop listening; it must not raise (one that does is logged and
         its stream cancelled; the replica goes on). ``listen(None)`` stops. Call
-        it after ``take`` gave nothing; False if push mode cannot start (no first token yet,
-        tokens waiting, or the stream is over): the reader then waits with ``ready``."""
+        it after ``take`` gave nothing; False if push mode cannot start (tokens waiting, or the
+        stream is over): the reader then waits with ``ready``. Before the first token, the
+        replica's step that makes it calls ``first_token``, which arms the listener then, so
+        the first event is pushed too (the reader's task is not woken for it)."""
         if callback is None:
             self._listener = None
             return True
-        if self.seq.first_step < 0 or self.over or not self._arm():
+        if self.over:
+            return False
+        if self.seq.first_step < 0:
+            self.waits_first = True
+        elif not self._arm():
             return False
         self._listener = callback
         return True
+
+    def first_token(self) -> None:
+        """The replica's call at the step that made this stream's first token, if its reader
+        waits for it: a listener is armed for its first event (or given it now, if that step
+        made it due: one event per token); a reader awaiting ``ready`` is woken."""
+        self.waits_first = False
+        if self._listener is None:
+            self.wake()
+        elif not self._arm():
+            self.deliver()
 
     def _arm(self) -> bool:
         """Register with the replica for the step that makes the next event due; False if that

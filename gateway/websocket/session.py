@@ -366,10 +366,13 @@ class Session(ConnectionLife):
         raw = self.ws.scope.get(RAW_SEND)  # absent under a middleware that may rewrite
         send = raw or self.ws.send
 
-        def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-            """Push mode (``gateway.push``): the send of these tokens' events, which the
-            engine's step runs; one event (the usual case) is the server's send itself."""
+        def push(start: int, count: int, lead: Frames | None) -> Coroutine[Any, Any, None]:
+            """Push mode (``gateway.push``): the send of these tokens' events (after ``lead``),
+            which the engine's step runs; one event (the usual case) is the server's send
+            itself."""
             events = texts(start, count)
+            if lead is not None:
+                events = [body.decode() for _, body in lead] + events
             if sid is None and len(events) == 1:
                 return send({"type": "websocket.send", "text": events[0]})
             return self._send_texts(events, sid)

@@ -98,9 +98,9 @@ async def stream_with_a_stall(turn: Turn, pushed: bool, stalls: int = 1) -> list
     async def write(body: bytes) -> None:
         sent.append(body)
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
         hold(start + count)  # inside the replica's step: the whole loop waits
-        return write(enc.sse_tokens(start, count))
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push if pushed else None):
         sent.append(chunk)

@@ -87,11 +87,11 @@ async def test_pushed_events_are_the_same_bytes_sent_when_due(app_for, interval)
     async def write(body: bytes) -> None:
         sent.append(body)
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
         seq, replica = stream.seq, stream.replica
         produced = min(replica.done_index - seq.first_step + 1, seq.output_tokens)
         pushes.append((start + count, produced, stream.last_at, replica.done_end))
-        return write(enc.sse_tokens(start, count))
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)
@@ -107,6 +107,41 @@ async def test_pushed_events_are_the_same_bytes_sent_when_due(app_for, interval)
     assert sent[-1].endswith(b"data: [DONE]\n\n") and pulled[-1].endswith(b"data: [DONE]\n\n")
     assert turn.job.settled and turn.job.billed_output == N_TOKENS
     assert await busy(app) == 0
+
+
+async def test_the_first_token_is_pushed_with_the_role_chunk(app_for) -> None:
+    """A stream that begins before its first token (a long prompt: ~0.1 s of modeled prefill)
+    is in push mode from the start: the engine's step writes the first event too, with Chat's
+    role chunk ahead of it in the same write, and the turn's task is not woken for it."""
+    app = await app_for(1)
+    body = {**CHAT, "messages": [{"role": "user", "content": "word " * 60_000}]}
+    turn = await started(app, body)
+    stream, enc = turn.job.stream, turn.encoder
+    assert stream.produced() == 0  # the prefill is still running
+    pushes: list[tuple[int, int, bytes | None]] = []
+    sent: list[bytes] = []
+
+    async def write(body: bytes) -> None:
+        sent.append(body)
+
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        pushes.append((start, count, lead))
+        return write((lead or b"") + enc.sse_tokens(start, count))
+
+    async for chunk in turn.sse(push):
+        sent.append(chunk)
+    assert [(s, c) for s, c, _ in pushes] == [(i, 1) for i in range(N_TOKENS)]
+    lead = pushes[0][2]
+    assert lead is not None and b'"role":"assistant"' in lead
+    assert all(lead is None for _, _, lead in pushes[1:])
+    first = sse_data(sent[0].decode())
+    assert first[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert first[1]["choices"][0]["delta"]["content"]  # the first token, in the same write
+    pulled = [chunk async for chunk in (await started(app, body)).sse()]
+    whole = b"".join(sent)  # the same events as the turn's own loop sends, role once
+    assert whole.count(b"data: ") == b"".join(pulled).count(b"data: ")
+    assert whole.count(b'"role":"assistant"') == 1 and whole.endswith(b"data: [DONE]\n\n")
+    assert turn.job.settled and await busy(app) == 0
 
 
 async def test_a_write_that_waits_hands_back_to_the_turn_and_loses_nothing(app_for) -> None:
@@ -129,8 +164,8 @@ async def test_a_write_that_waits_hands_back_to_the_turn_and_loses_nothing(app_f
         else:
             sent.append(body)
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-        return write(enc.sse_tokens(start, count))
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)
@@ -149,7 +184,7 @@ async def test_a_write_that_fails_reaches_the_transport_as_its_own_error(app_for
     async def broken(_: bytes) -> None:
         raise ConnectionResetError("peer gone")
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
         pushed[0] += 1
         return broken(b"")
 
@@ -175,8 +210,8 @@ async def test_an_end_while_pushing_closes_with_the_error_event(app_for) -> None
             turn.end_with(APIError(503, "shutting down", code="shutting_down"), 503, CUT,
                           "shutdown")
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-        return write(enc.sse_tokens(start, count))
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     async for chunk in turn.sse(push):
         sent.append(chunk)

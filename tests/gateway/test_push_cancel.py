@@ -62,8 +62,8 @@ async def test_a_cancel_as_the_last_event_is_pushed_leaves_the_replica_stepping(
             assert task is not None
             task.cancel()  # the disconnect lands as the last event goes out
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-        return write(enc.sse_tokens(start, count))
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     with caplog.at_level(logging.ERROR):
         task = asyncio.ensure_future(consume(turn, push))
@@ -93,8 +93,8 @@ async def test_a_cancel_then_the_jobs_cancel_call_no_listener_twice(app, caplog)
         if stream.delivered >= 5:
             pushed.set()
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-        return write(enc.sse_tokens(start, count))
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     with caplog.at_level(logging.ERROR):
         task = asyncio.ensure_future(consume(turn, push))
@@ -136,8 +136,8 @@ async def test_a_cancel_after_a_waiting_send_was_handed_over_finishes_that_send(
             seen.append("closed unfinished")
             raise
 
-    def push(start: int, count: int) -> Coroutine[Any, Any, None]:
-        return write(enc.sse_tokens(start, count))
+    def push(start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None]:
+        return write((lead or b"") + enc.sse_tokens(start, count))
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
