@@ -80,6 +80,9 @@ class HardwareProfile:
     # fixed latency a served request pays before its first token besides the engine steps (API
     # server, tokenizer, scheduler admission, streaming the first chunk); not part of any step
     request_overhead_ms: float = 0.0
+    # and per prompt token: the API server tokenizes the prompt's text before the engine sees
+    # it (an engine term, docs/calibration.md "The harness of a figure"); 0 = none
+    request_us_per_prompt_token: float = 0.0
     # host work per sequence of a step (scheduling, sampling, detokenising, bookkeeping in the
     # engine's Python loop), on top of step_overhead_ms; an engine term like it
     seq_overhead_us: float = 0.0

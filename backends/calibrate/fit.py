@@ -289,6 +289,7 @@ class Fit:
             values["request_overhead_ms"] = ref.first_token_overhead_ms(server=True)
             values["step_overhead_ms"] = ref.step_overhead_ms
             values["seq_overhead_us"] = ref.seq_overhead_us
+            values["request_us_per_prompt_token"] = ref.serving_us_per_token
         return values
 
 

@@ -51,6 +51,7 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     # the reference engine's, written into a GPU's profile beside its step overhead (not fitted
     # per hardware)
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
+    Param("request_us_per_prompt_token", 0.0, 30.0, 1.0, offset=0.5),
 )}
 # An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
 ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
@@ -61,6 +62,7 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("compute_scale", 0.4, 2.0, 0.25),
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
     Param("serving_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
+    Param("serving_us_per_token", 0.0, 30.0, 1.0, offset=0.5),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
