@@ -8,6 +8,7 @@ weight read a decode batch.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ CAT = Catalog.builtin()
 OSS = CAT.get_model("gpt-oss-120b")
 
 
-def _on(hw_name: str, chips: int = 8, **changes: float) -> Placement:
+def _on(hw_name: str, chips: int = 8, **changes: Any) -> Placement:
     hw = replace(CAT.get_hardware(hw_name), **changes)
     return Placement(OSS, hw, chips, "mxfp4")
 
