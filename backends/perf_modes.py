@@ -25,7 +25,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .perf import Placement
-from .perf_serving import _RHO_MAX, SpreadModel, Workload, batch_that_fits
+from .perf_serving import (
+    _RHO_MAX,
+    SpreadModel,
+    Workload,
+    batch_that_fits,
+    first_token_overhead_s,
+)
 from .profiles import ProfileError
 
 
@@ -36,7 +42,7 @@ def open_loop(p: Placement, rate: float, prompt_tokens: int, output_tokens: int,
     if not rate > 0 or prompt_tokens <= 0 or output_tokens <= 0:
         raise ProfileError("open loop: rate, prompt and output tokens must be > 0")
     cap = batch_that_fits(p, 1 << 30, prompt_tokens + output_tokens, max_batch)
-    overhead = p.hardware.request_overhead_ms * 1e-3 if request_overhead else 0.0
+    overhead = first_token_overhead_s(p, prompt_tokens) if request_overhead else 0.0
     budget = max(1, max_batched_tokens)
 
     def model(b: int) -> SpreadModel:
@@ -103,7 +109,7 @@ def disaggregated(decode: Placement, prefill: Placement, prompt_tokens: int,
         raise ProfileError("disaggregated: prompt and output tokens must be > 0")
     service = prefill.prefill_seconds(prompt_tokens, max(1, max_batched_tokens))
     transfer = kv_transfer_seconds(decode, prefill.chips, prompt_tokens)
-    overhead = decode.hardware.request_overhead_ms * 1e-3 if request_overhead else 0.0
+    overhead = first_token_overhead_s(decode, prompt_tokens) if request_overhead else 0.0
     steps = max(0, output_tokens - 1)
     ctx = prompt_tokens + output_tokens / 2
     cap = batch_that_fits(decode, 1 << 30, prompt_tokens + output_tokens, max_batch)

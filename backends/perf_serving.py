@@ -86,7 +86,7 @@ def serving_steady_state(
         raise ProfileError(f"arrivals: {arrivals!r}; allowed: {', '.join(ARRIVALS)}")
     b = batch_that_fits(p, concurrency, prompt_tokens + output_tokens, max_batch)
     budget = max(1, max_batched_tokens)
-    overhead = p.hardware.request_overhead_ms * 1e-3 if request_overhead else 0.0
+    overhead = first_token_overhead_s(p, prompt_tokens) if request_overhead else 0.0
     if arrivals == "spread":
         return _spread(p, concurrency, b, prompt_tokens, output_tokens, budget, lag_steps,
                        overhead)
@@ -115,6 +115,13 @@ def serving_steady_state(
     cycle = ttft_service + decode_steps * itl
     return _closed_loop(concurrency, b, output_tokens, ttft_service, itl, cycle, t_dec,
                         u / n, queue_wait)
+
+
+def first_token_overhead_s(p: Placement, prompt_tokens: int) -> float:
+    """The time to the first token besides the steps: the profile's ``request_overhead_ms``
+    and its API server's tokenizing of the prompt, ``request_us_per_prompt_token`` each."""
+    hw = p.hardware
+    return hw.request_overhead_ms * 1e-3 + hw.request_us_per_prompt_token * 1e-6 * prompt_tokens
 
 
 def _closed_loop(concurrency: int, b: int, output_tokens: int, ttft: float, itl: float,
@@ -270,7 +277,7 @@ def static_batch(
         if n:
             ttft += n * p.step_seconds(0, 0.0, c, c / prompt_tokens * per_prompt)
     if request_overhead:  # the benchmark harness's own time to the first token
-        ttft += p.hardware.request_overhead_ms * 1e-3
+        ttft += first_token_overhead_s(p, prompt_tokens)
     steps = max(0, output_tokens - 1)
     # decode steps with contexts growing linearly: the mean of the first and last step is exact
     # below the memory/compute kink and within a hair of it above
@@ -291,5 +298,6 @@ def static_batch(
 
 
 __all__ = ["ARRIVALS", "SpreadModel", "Workload", "batch_that_fits", "finite_run_throughput",
+           "first_token_overhead_s",
            "waves_throughput",
            "serving_steady_state", "static_batch"]

@@ -80,6 +80,9 @@ class HardwareProfile:
     # fixed latency a served request pays before its first token besides the engine steps (API
     # server, tokenizer, scheduler admission, streaming the first chunk); not part of any step
     request_overhead_ms: float = 0.0
+    # and per prompt token: the API server tokenizes the prompt's text before the engine sees
+    # it (an engine term, docs/calibration.md "The harness of a figure"); 0 = none
+    request_us_per_prompt_token: float = 0.0
     # host work per sequence of a step (scheduling, sampling, detokenising, bookkeeping in the
     # engine's Python loop), on top of step_overhead_ms; an engine term like it
     seq_overhead_us: float = 0.0
@@ -105,6 +108,10 @@ class HardwareProfile:
     # TensorRT-LLM's min-latency kernels, tech blog 1, against ~8 for a dense GQA layer)
     moe_layer_latency_us: float = 0.0
     mla_layer_latency_us: float = 0.0
+    # share of the bf16 peak a GEMM of 4-bit weights reaches on a chip without 4-bit tensor
+    # cores, where the kernel dequantises them to bf16 in its main loop (W4A16), at any size
+    # (backends/dequant.py: issue-bound on the dequantisation; 0.26 measured on H100)
+    w4a16_efficiency: float = 0.26
     # chips joined by the scale-up fabric (NVLink / Infinity Fabric): 8 in an HGX / OAM board,
     # 72 in a GB200 / GB300 NVL72 rack; a tensor- or expert-parallel group beyond it talks over
     # the scale-out network (scale_out_gbs per chip and direction, scale_out_latency_us)

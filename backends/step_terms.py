@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .dequant import dequantises, w4a16_flops
 from .moe import busiest_group_experts, busiest_group_tokens, expert_rows, touched_expert_share
 from .profiles import canonical_precision
 
@@ -52,8 +53,12 @@ def weights_seconds(p: Placement, tokens: int) -> float:
 
 
 def gemm_rate(p: Placement, precision: str, rows: float) -> float:
-    """Achieved FLOP/s of the replica's GEMMs of ``rows`` rows at ``precision``."""
+    """Achieved FLOP/s of the replica's GEMMs of ``rows`` rows at ``precision`` (4-bit
+    weights dequantised to bf16 on a chip without 4-bit tensor cores: a flat share of the
+    bf16 peak, ``dequant.py``)."""
     hw = p.hardware
+    if dequantises(hw, precision):
+        return p.parallel_chips * w4a16_flops(hw)
     eff = hw.gemm_efficiency(precision)
     if hw.gemm_half_tokens > 0:
         eff *= rows / (rows + hw.gemm_half_tokens)

@@ -36,7 +36,8 @@ from typing import Any
 from ..profiles import HardwareProfile, ModelProfile
 
 ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
-                 "compute_scale", "seq_overhead_us", "serving_overhead_ms")
+                 "compute_scale", "seq_overhead_us", "serving_overhead_ms",
+                 "serving_us_per_token")
 REFERENCE_ENGINE = "vllm"  # the engine whose terms the hardware profiles carry (fastmode serve)
 
 
@@ -53,6 +54,8 @@ class EngineProfile:
     # its API server's time to the first token, on top of request_overhead_ms (a figure
     # measured through a server, harness.py); 0: a profile that does not split them
     serving_overhead_ms: float = 0.0
+    # and per prompt token (tokenizing the prompt's text), likewise through a server only
+    serving_us_per_token: float = 0.0
     # memory accounting (not fitted): its rule, its default share, its own reserve per chip
     kv_memory: str = "total"
     memory_fraction: float = 0.9
@@ -78,6 +81,7 @@ class EngineProfile:
         bw, fl = self.bandwidth_scale, self.compute_scale
         return replace(
             hw, request_overhead_ms=self.first_token_overhead_ms(server),
+            request_us_per_prompt_token=self.serving_us_per_token if server else 0.0,
             step_overhead_ms=self.step_overhead_ms, seq_overhead_us=self.seq_overhead_us,
             mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
@@ -134,10 +138,14 @@ def load_engines() -> dict[str, EngineProfile]:
 # runtime's own work is one step's host work (it schedules the context phase, samples, copies
 # the token back: 1 ms, as step_overhead_ms); an API server adds 5 ms (parsing and tokenizing
 # the request, the hop to the engine process, detokenizing and streaming the first token: the
-# prior the whole request overhead had before the harness was a condition of a figure).
+# prior the whole request overhead had before the harness was a condition of a figure), and
+# 2 us per prompt token to tokenize the prompt's text (an estimate: a Hugging Face fast
+# tokenizer's encode in a server's log, tenstorrent/tt-inference-server issue #2173, 131
+# tokens in 1.3-2.8 ms with its per-call cost; vLLM's and ATOM's API servers tokenize in
+# their Python process before handing token ids to the engine).
 _ENGINE_PRIOR = {"request_overhead_ms": 1.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,
                  "bandwidth_scale": 1.0, "compute_scale": 1.0, "seq_overhead_us": 2.0,
-                 "serving_overhead_ms": 5.0}
+                 "serving_overhead_ms": 5.0, "serving_us_per_token": 2.0}
 ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "trtllm-pre-xqa": {**_ENGINE_PRIOR, "gqa_reread": 1.0},
     "trtllm-xqa": dict(_ENGINE_PRIOR),

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..dequant import dequantises
 from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
 from .engines import REFERENCE_ENGINE, EngineProfile, Engines, inherit_engines
 from .figures import CalibrationError, Figure, predict_si
@@ -115,6 +116,8 @@ def _free_names(names: Iterable[str], figures: Sequence[Figure], catalog: Catalo
         out = [n for n in out if n != "mfu_fp8"]
     if not _uses_fp4(figures, catalog):
         out = [n for n in out if n != "mfu_fp4"]
+    if not any(dequantises(catalog.get_hardware(f.hardware), f.precision) for f in figures):
+        out = [n for n in out if n != "w4a16_efficiency"]  # no W4A16 GEMM: at its prior
     return out
 
 
@@ -147,13 +150,16 @@ def _relevance_groups(
     chip_shared = [n for n in EFFICIENCIES + SHARED if n != "step_overhead_ms"]
     for f in figures:
         eng = next((n for n, e in engines.items() if e.covers(f.engine)), "")
-        row = catalog.get_hardware(f.hardware).rate_precision(f.precision)
+        hw = catalog.get_hardware(f.hardware)
+        row = "w4a16" if dequantises(hw, f.precision) else hw.rate_precision(f.precision)
         moe, mla = catalog.get_model(f.model).is_moe, catalog.get_model(f.model).is_mla
         key = (eng, row, moe, mla)
         if key not in out:
             skip = {"mfu_fp8"} if row not in ("fp8", "int8") else set()
             if row != "fp4":
                 skip.add("mfu_fp4")
+            if row != "w4a16":
+                skip.add("w4a16_efficiency")
             if not moe:
                 skip |= {"expert_read_efficiency", "expert_compute_efficiency",
                          "moe_layer_latency_us"}
@@ -283,6 +289,7 @@ class Fit:
             values["request_overhead_ms"] = ref.first_token_overhead_ms(server=True)
             values["step_overhead_ms"] = ref.step_overhead_ms
             values["seq_overhead_us"] = ref.seq_overhead_us
+            values["request_us_per_prompt_token"] = ref.serving_us_per_token
         return values
 
 

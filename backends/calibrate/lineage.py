@@ -13,7 +13,8 @@ from .harness import through_server
 from .params import ENGINE_SPECS, HW_SIBLINGS
 
 SCALES = ("bandwidth_scale", "compute_scale")
-FIRST_TOKEN = ("request_overhead_ms", "serving_overhead_ms")  # the runtime's, its server's
+SERVER = ("serving_overhead_ms", "serving_us_per_token")  # its API server's: fixed, per token
+FIRST_TOKEN = ("request_overhead_ms", *SERVER)  # the runtime's, its server's
 
 
 def measured_sibling(name: str, figures: Sequence[Figure]) -> str | None:
@@ -32,7 +33,8 @@ def informed_terms(
       measured by a TTFT taken in process (a static or offline harness, ``harness.py``), where
       nothing else is in it, and passed on from there; an engine timed otherwise keeps its
       prior (``held_at_prior``);
-    - its API server's (``serving_overhead_ms``): informed and passed on by the TTFTs and
+    - its API server's (``serving_overhead_ms``, and ``serving_us_per_token`` per prompt
+      token): informed and passed on by the TTFTs and
       end-to-end latencies measured through a server;
     - the kernels' shares of the chip's peaks (``SCALES``): informed by any figure; passed on
       only from figures on two or more hardware (on one chip alone the stage-1 fit puts that
@@ -55,8 +57,8 @@ def informed_terms(
         if any(runtime_timed(f) for f in timed):
             out.add("request_overhead_ms")
         if any(through_server(f) for f in timed):
-            own.add("serving_overhead_ms")
-            out.add("serving_overhead_ms")
+            own.update(SERVER)
+            out.update(SERVER)
         if name == REFERENCE_ENGINE or len({f.hardware for f in mine}) > 1:
             out.update(SCALES)
         informs[name], passes[name] = frozenset(own), frozenset(out)
@@ -94,5 +96,5 @@ def before(engines: Engines, name: str) -> list[EngineProfile]:
     return out
 
 
-__all__ = ["FIRST_TOKEN", "SCALES", "before", "held_at_prior", "informed_terms",
+__all__ = ["FIRST_TOKEN", "SCALES", "SERVER", "before", "held_at_prior", "informed_terms",
            "measured_sibling", "runtime_timed"]

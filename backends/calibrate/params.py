@@ -47,9 +47,11 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("expert_compute_efficiency", 0.1, 1.0, 0.5),
     Param("moe_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
     Param("mla_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
+    Param("w4a16_efficiency", 0.05, 0.95, 0.4),
     # the reference engine's, written into a GPU's profile beside its step overhead (not fitted
     # per hardware)
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
+    Param("request_us_per_prompt_token", 0.0, 30.0, 1.0, offset=0.5),
 )}
 # An engine's terms (EngineProfile fields; fitted as "ENGINE/field"), searched the same way.
 ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
@@ -60,10 +62,12 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
     Param("compute_scale", 0.4, 2.0, 0.25),
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
     Param("serving_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
+    Param("serving_us_per_token", 0.0, 30.0, 1.0, offset=0.5),
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
-          "expert_read_efficiency", "expert_compute_efficiency", "mla_layer_latency_us")
+          "expert_read_efficiency", "expert_compute_efficiency", "mla_layer_latency_us",
+          "w4a16_efficiency")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
 # (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
@@ -92,11 +96,15 @@ FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 # ~100 us there, from batch-1 DeepSeek alone: not a launch floor, what the model lacks at
 # batch 1 -- docs/calibration.md.) An MoE FFN's extra kernels (router, top-k, permute,
 # finalize) are not fitted (moe_layer_latency_us: the set cannot tell them from step overheads).
+# A GEMM of 4-bit weights dequantised to bf16 on a chip without 4-bit tensor cores (W4A16,
+# backends/dequant.py) starts at 0.26 of the bf16 peak: an nsys capture of a W4A16 MoE GEMM
+# at prefill sizes on H100, issue-bound on the dequantisation (sgl-project/sglang PR #38884).
+W4A16_PRIOR = 0.26
 _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
                  "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
                  "moe_layer_latency_us": 0.0,
-                 "mla_layer_latency_us": 2.8}
+                 "mla_layer_latency_us": 2.8, "w4a16_efficiency": W4A16_PRIOR}
 
 
 def _gpu(mbu: float, mfu: float, layer_us: float, allreduce_us: float,

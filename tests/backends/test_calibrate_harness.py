@@ -127,7 +127,8 @@ def test_the_pooled_fit_puts_a_served_engines_overhead_in_its_server_term() -> N
     server's 20 ms."""
     h100 = with_params(CAT.get_hardware("h100-sxm"), {**PRIORS["h100-sxm"], **GPU_PRIOR})
     base = Catalog({**CAT.hardware, "h100-sxm": h100}, CAT.models)
-    truth = {"e": EngineProfile("e", ("X",), request_overhead_ms=1.0, serving_overhead_ms=20.0)}
+    truth = {"e": EngineProfile("e", ("X",), request_overhead_ms=1.0, serving_overhead_ms=20.0,
+                                serving_us_per_token=ENGINE_PRIORS["vllm"]["serving_us_per_token"])}
     made = []
     for i, (users, prompt, metric) in enumerate([(1, 100, "ttft"), (1, 500, "ttft"),
                                                   (4, 2000, "ttft"), (16, 1000, "itl")]):

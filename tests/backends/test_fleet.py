@@ -106,7 +106,9 @@ def test_the_default_config_is_one_fleet_and_keeps_the_calibrated_operating_poin
     # tok/s after issue 24's refit)
     assert (std.background.seqs, std.background.context_tokens,
             std.background.prefill_tokens_per_step) == (179, 4000, 90)
-    assert spec.deployments["fast"].background.seqs == 11
+    # fast: 12 of 16 (11 before the gpt-oss pass's refit, whose faster fast tier put a lone
+    # user's p90 above 2.5x standard)
+    assert spec.deployments["fast"].background.seqs == 12
 
 
 def test_equilibrium_is_littles_law_at_its_own_step() -> None:

@@ -179,10 +179,13 @@ def test_memory_to_compute_transition_near_flops_over_bandwidth(chips: int, prec
     p = place("llama-3.1-70b", "h100-sxm", chips, precision)
     hw = p.hardware
     bpp = {"bf16": 2.0, "fp8": 1.0}[precision]
+    # the batch whose GEMM FLOPs take as long as its weight reads; the GEMMs' size ramp
+    # (rows / (rows + gemm_half_tokens) of the large-GEMM rate) moves it down by
+    # gemm_half_tokens rows
     predicted = (
         hw.peak_flops(precision) * hw.gemm_efficiency(precision)
         / (hw.memory_bandwidth_tbs * 1e12 * hw.mbu) * bpp / 2
-    )
+    ) - hw.gemm_half_tokens
     ctx = 500
     crossover = next(
         b
@@ -190,7 +193,8 @@ def test_memory_to_compute_transition_near_flops_over_bandwidth(chips: int, prec
         if p.step(b, b * ctx).breakdown["compute_s"] > p.step(b, b * ctx).breakdown["weights_s"]
     )
     assert predicted / 2 <= crossover <= predicted * 2
-    assert 100 < crossover < 500  # "~300 on H100 in bf16" (the reference), with MFU/MBU
+    if precision == "bf16":
+        assert 100 < crossover < 500  # "~300 on H100 in bf16" (the reference), with MFU/MBU
     assert p.step(crossover // 4, crossover // 4 * ctx).bound == "memory"
     assert p.step(crossover * 4, crossover * 4 * ctx).bound == "compute"
 
@@ -430,7 +434,11 @@ def test_one_user_sees_the_decode_step_and_a_lone_prefill():
     prefill = p.prefill_seconds(500, 8192)
     assert w.ttft_s == pytest.approx(prefill)  # what the scheduler gives: no API-server time
     measured = serving_steady_state(p, 1, 500, 200, request_overhead=True)
-    assert measured.ttft_s == pytest.approx(prefill + p.hardware.request_overhead_ms * 1e-3)
+    # measurements add the time before the first token besides the steps: the profile's fixed
+    # request overhead and its API server's per prompt token
+    hw = p.hardware
+    besides = hw.request_overhead_ms * 1e-3 + hw.request_us_per_prompt_token * 1e-6 * 500
+    assert measured.ttft_s == pytest.approx(prefill + besides)
     assert p.step_seconds(1, 501) <= w.itl_s <= p.step_seconds(1, 700)
     assert w.output_tokens_per_s == pytest.approx(200 / (w.ttft_s + 199 * w.itl_s))
 
