@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,8 +55,18 @@ PY = sys.executable
 PROMPT = "fastmode-bench: stream the scripted reply"
 CHAT = PROTOCOLS["chat"]
 ROWS = ("steady", "burst", "interval8", "requests", "lone")
-# a lone user's modeled tok/s per tier (``fastmode predict --tier T``, the built-in config)
-RATES = {"spark": 1173.0, "fast": 154.5, "standard": 65.9}
+TIERS = ("spark", "fast", "standard")
+
+
+def modeled_rates() -> dict[str, float]:
+    """A lone user's modeled tok/s per tier of the built-in config, as ``fastmode predict
+    --tier T --json`` gives it (asked at run time: a refit of the profiles moves them)."""
+    out = {}
+    for tier in TIERS:
+        raw = subprocess.run([PY, "-m", "commands", "predict", "--tier", tier, "--json"],
+                             cwd=ROOT, check=True, capture_output=True).stdout
+        out[tier] = float(orjson.loads(raw)["output_tokens_per_s_per_user"])
+    return out
 
 
 async def metric_sum(port: int, name: str) -> tuple[float, float]:
@@ -219,14 +230,16 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         if key == "burst":
             out.append(f"| {label}: fewest reads of a stream's {args.tokens} tokens | "
                        f"{min(r['reads'] for r in f)} | {min(r['reads'] for r in b)} | | |")
+    rates_now = modeled_rates() if "steady" in res or "interval8" in res else {}
     for key, interval in (("steady", 1), ("interval8", 8)):  # what one core carries
         if key in res:
             cells = []
             for name in ("fastmode", "bare"):
                 cpu = statistics.median(r["cpu_us"] for r in res[key][name]) * 1e-6
-                cells.append(" / ".join(f"{1 / (cpu * rate):,.0f}" for rate in RATES.values()))
+                cells.append(" / ".join(f"{1 / (cpu * rate):,.0f}" for rate in rates_now.values()))
             out.append(f"| streams one core carries at interval {interval} "
-                       f"({' / '.join(RATES)}: 1 core / (CPU per token x modeled tok/s)) | "
+                       f"({' / '.join(f'{t} {r:,.1f} tok/s' for t, r in rates_now.items())}: "
+                       "1 core / (CPU per token x modeled tok/s)) | "
                        f"{cells[0]} | {cells[1]} | | |")
     if "requests" in res:
         f, b = res["requests"]["fastmode"], res["requests"]["bare"]
@@ -242,8 +255,11 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         def q(xs: list[float], p: float) -> float:
             return xs[round(p * (len(xs) - 1))]
 
+        predicted = modeled_rates()["fast"]
         out.append(f"| one user, {len(fast)} requests of 300 tokens: fast tok/s p10..p90 "
-                   f"(x standard's median {std50:.1f}) | {q(fast, .1):.1f}..{q(fast, .9):.1f} "
+                   f"(x standard's median {std50:.1f}; `predict` {predicted:.1f}, p10..p90 "
+                   f"{q(fast, .1) / predicted - 1:+.1%}..{q(fast, .9) / predicted - 1:+.1%}) | "
+                   f"{q(fast, .1):.1f}..{q(fast, .9):.1f} "
                    f"({q(fast, .1) / std50:.2f}×..{q(fast, .9) / std50:.2f}×; max "
                    f"{fast[-1] / std50:.2f}×) | – | | |")
     return out
