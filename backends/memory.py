@@ -26,6 +26,20 @@ from __future__ import annotations
 from .profiles import ModelProfile, bytes_per_param
 
 LOGIT_ROWS = 256  # sequences sampled at once in the profiling pass (vLLM's max_num_seqs)
+GIB = float(1 << 30)
+# Share of a GPU's memory CUDA reports (cudaMemGetInfo's total) of its datasheet figure read in
+# GiB: an "80 GB" H100 is 80 GiB of HBM3 of which CUDA reports 79.19 GiB; an H200's 141 GB,
+# 140.4 GiB (143,771 MiB); a B200's 180 GB, 179.1 GiB (183,359 MiB); a GB200's 186 GB, 185.0
+# GiB (189,471 MiB); a GH200's 96 GB, 95.6 GiB (97,871 MiB): 0.99-0.998 of the figure.
+VISIBLE_SHARE = 0.99
+
+
+def chip_bytes(memory_gb: float) -> float:
+    """The memory an engine sizes its KV cache from, in bytes: what CUDA reports as the GPU's
+    total (``torch.cuda.mem_get_info``), which both vLLM (``gpu_memory_utilization`` times it)
+    and TensorRT-LLM (``total_gpu_memory`` minus the profiled peak) start from. Datasheets
+    quote binary gigabytes: read as 10^9 bytes, an 80 GB H100 would lose 5 GB of KV cache."""
+    return memory_gb * GIB * VISIBLE_SHARE
 
 
 def kv_replication(model: ModelProfile, attention_tp: int) -> float:
@@ -78,5 +92,5 @@ def kv_memory_per_chip(chip_bytes: float, taken: float, utilization: float,
     return free * free_fraction if free > 0 else free
 
 
-__all__ = ["LOGIT_ROWS", "activation_bytes_per_chip", "attention_weight_bytes", "ffn_width",
+__all__ = ["GIB", "LOGIT_ROWS", "VISIBLE_SHARE", "activation_bytes_per_chip", "chip_bytes", "attention_weight_bytes", "ffn_width",
            "kv_memory_per_chip", "kv_replication"]

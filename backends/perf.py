@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from .memory import (
     activation_bytes_per_chip,
     attention_weight_bytes,
+    chip_bytes,
     kv_memory_per_chip,
     kv_replication,
 )
@@ -161,13 +162,13 @@ class Placement:
 
     @property
     def usable_memory_bytes(self) -> float:
-        return self.chips * self.hardware.memory_gb * 1e9 * self.memory_utilization
+        return self.chips * chip_bytes(self.hardware.memory_gb) * self.memory_utilization
 
     @property
     def kv_memory_bytes(self) -> float:
         """Memory the replica gives its KV cache (may be negative: does not fit)."""
         taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
-        return self.chips * kv_memory_per_chip(self.hardware.memory_gb * 1e9, taken,
+        return self.chips * kv_memory_per_chip(chip_bytes(self.hardware.memory_gb), taken,
                                                self.memory_utilization, self.kv_memory_fraction)
 
     @property
