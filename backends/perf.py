@@ -37,6 +37,7 @@ from .memory import (
     chip_bytes,
     kv_memory_per_chip,
     kv_replication,
+    reserve_bytes_per_chip,
 )
 from .moe import touched_expert_share
 from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
@@ -74,7 +75,8 @@ class Placement:
     routed experts over that many groups of chips (whole experts per group, the busiest group
     sets the pace). Memory (backends/memory.py): ``activation_tokens`` is the step token
     budget whose activations the engine reserves, ``reserved_gb`` the engine's own reserve
-    per chip, ``kv_memory_fraction`` TensorRT-LLM's share of the memory left after them
+    per chip (with communication buffers on top when the replica spans chips; 0: none),
+    ``kv_memory_fraction`` TensorRT-LLM's share of the memory left after them
     (None: vLLM's ``memory_utilization`` of the whole chip).
     """
 
@@ -155,10 +157,11 @@ class Placement:
 
     @property
     def engine_bytes_per_chip(self) -> float:
-        """Activations at the step budget and the engine's own reserve, per chip."""
+        """Activations at the step budget and the engine's reserve (its own, and the
+        communication buffers of a replica over several chips), per chip."""
         act = activation_bytes_per_chip(self.model, self.activation_tokens, self.chips,
                                         self.attention_dp)
-        return act + self.reserved_gb * 1e9
+        return act + reserve_bytes_per_chip(self.reserved_gb, self.chips)
 
     @property
     def usable_memory_bytes(self) -> float:
