@@ -12,9 +12,14 @@ An engine does not give the KV cache "memory minus weights":
   still free after the weights and the runtime's activation and workspace buffers;
 - **SGLang** (``mem_fraction_static``): that share of the memory for weights and KV together.
 
-Activations are estimated from the shape (``activation_bytes_per_chip``); the engine's reserve
-(workspaces, CUDA graphs, communication buffers) is an engine property (``reserved_gb`` in
-backends/data/engines.toml). The KV cache per token of one replica is the model's bytes per
+Every engine starts from the memory CUDA reports (``chip_bytes``: the datasheet's gigabytes
+are binary ones). Activations are estimated from the shape (``activation_bytes_per_chip``).
+What the engine keeps besides weights, activations and KV (``reserve_bytes_per_chip``) is,
+per chip, its own reserve (``reserved_gb`` in backends/data/engines.toml: the CUDA context,
+cuBLAS workspaces; 1.79 GiB in vLLM's profiling log of Llama-3-8B on one H100) plus, when the
+replica spans chips, the collective-communication buffers (``COMM_RESERVE_GB``: NCCL's and the
+custom all-reduce's, the same libraries under every engine; the same log at TP 2 reports 3.58
+GiB of non-torch memory, 1.79 more). The KV cache per token of one replica is the model's bytes per
 token times its **replication**: tensor parallelism splits the KV heads over the chips, but
 with fewer KV heads than chips each head is stored on several (MLA's single latent on every
 chip: 8 copies at TP 8, why DeepSeek-V3 is served with attention data parallelism, where each
@@ -26,6 +31,38 @@ from __future__ import annotations
 from .profiles import ModelProfile, bytes_per_param
 
 LOGIT_ROWS = 256  # sequences sampled at once in the profiling pass (vLLM's max_num_seqs)
+GIB = float(1 << 30)
+# Share of a GPU's memory CUDA reports (cudaMemGetInfo's total) of its datasheet figure read in
+# GiB: an "80 GB" H100 is 80 GiB of HBM3 of which CUDA reports 79.19 GiB; an H200's 141 GB,
+# 140.4 GiB (143,771 MiB); a B200's 180 GB, 179.1 GiB (183,359 MiB); a GB200's 186 GB, 185.0
+# GiB (189,471 MiB); a GH200's 96 GB, 95.6 GiB (97,871 MiB): 0.99-0.998 of the figure.
+VISIBLE_SHARE = 0.99
+
+
+# Collective-communication buffers per chip of a replica spread over several chips (NCCL's
+# channels and the engines' custom all-reduce workspaces): vLLM's memory profiling log
+# (vllm-project/vllm PR #10511, Llama-3-8B on H100) reports non-torch memory of 1.79 GiB at
+# TP 1 and 3.58 GiB at TP 2, the same activation peak (1.26 GiB) and weights halved: the
+# difference, 1.79 GiB, is what joining a tensor-parallel group costs each GPU.
+COMM_RESERVE_GB = 1.79 * (1 << 30) / 1e9
+
+
+def reserve_bytes_per_chip(reserved_gb: float, chips: int) -> float:
+    """What an engine keeps per chip besides weights, activations and KV: its own reserve
+    and, on a replica of more than one chip, the communication buffers. An engine without
+    a reserve (``reserved_gb`` 0: SGLang's static share, or no engine at all) is not charged
+    either: its rule already leaves that memory out of the KV cache."""
+    if reserved_gb <= 0:
+        return 0.0
+    return (reserved_gb + (COMM_RESERVE_GB if chips > 1 else 0.0)) * 1e9
+
+
+def chip_bytes(memory_gb: float) -> float:
+    """The memory an engine sizes its KV cache from, in bytes: what CUDA reports as the GPU's
+    total (``torch.cuda.mem_get_info``), which both vLLM (``gpu_memory_utilization`` times it)
+    and TensorRT-LLM (``total_gpu_memory`` minus the profiled peak) start from. Datasheets
+    quote binary gigabytes: read as 10^9 bytes, an 80 GB H100 would lose 5 GB of KV cache."""
+    return memory_gb * GIB * VISIBLE_SHARE
 
 
 def kv_replication(model: ModelProfile, attention_tp: int) -> float:
@@ -78,5 +115,6 @@ def kv_memory_per_chip(chip_bytes: float, taken: float, utilization: float,
     return free * free_fraction if free > 0 else free
 
 
-__all__ = ["LOGIT_ROWS", "activation_bytes_per_chip", "attention_weight_bytes", "ffn_width",
-           "kv_memory_per_chip", "kv_replication"]
+__all__ = ["COMM_RESERVE_GB", "GIB", "LOGIT_ROWS", "VISIBLE_SHARE", "activation_bytes_per_chip",
+           "attention_weight_bytes", "chip_bytes", "ffn_width", "kv_memory_per_chip",
+           "kv_replication", "reserve_bytes_per_chip"]

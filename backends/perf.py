@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from .memory import (
     activation_bytes_per_chip,
     attention_weight_bytes,
+    chip_bytes,
     kv_memory_per_chip,
     kv_replication,
+    reserve_bytes_per_chip,
 )
 from .moe import touched_expert_share
 from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
@@ -73,7 +75,8 @@ class Placement:
     routed experts over that many groups of chips (whole experts per group, the busiest group
     sets the pace). Memory (backends/memory.py): ``activation_tokens`` is the step token
     budget whose activations the engine reserves, ``reserved_gb`` the engine's own reserve
-    per chip, ``kv_memory_fraction`` TensorRT-LLM's share of the memory left after them
+    per chip (with communication buffers on top when the replica spans chips; 0: none),
+    ``kv_memory_fraction`` TensorRT-LLM's share of the memory left after them
     (None: vLLM's ``memory_utilization`` of the whole chip).
     """
 
@@ -154,20 +157,21 @@ class Placement:
 
     @property
     def engine_bytes_per_chip(self) -> float:
-        """Activations at the step budget and the engine's own reserve, per chip."""
+        """Activations at the step budget and the engine's reserve (its own, and the
+        communication buffers of a replica over several chips), per chip."""
         act = activation_bytes_per_chip(self.model, self.activation_tokens, self.chips,
                                         self.attention_dp)
-        return act + self.reserved_gb * 1e9
+        return act + reserve_bytes_per_chip(self.reserved_gb, self.chips)
 
     @property
     def usable_memory_bytes(self) -> float:
-        return self.chips * self.hardware.memory_gb * 1e9 * self.memory_utilization
+        return self.chips * chip_bytes(self.hardware.memory_gb) * self.memory_utilization
 
     @property
     def kv_memory_bytes(self) -> float:
         """Memory the replica gives its KV cache (may be negative: does not fit)."""
         taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
-        return self.chips * kv_memory_per_chip(self.hardware.memory_gb * 1e9, taken,
+        return self.chips * kv_memory_per_chip(chip_bytes(self.hardware.memory_gb), taken,
                                                self.memory_utilization, self.kv_memory_fraction)
 
     @property

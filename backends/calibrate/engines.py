@@ -59,7 +59,7 @@ class EngineProfile:
     # memory accounting (not fitted): its rule, its default share, its own reserve per chip
     kv_memory: str = "total"
     memory_fraction: float = 0.9
-    reserved_gb: float = 2.5
+    reserved_gb: float = 1.92  # its own reserve on one chip (communication buffers: memory.py)
     description: str = ""
     sources: tuple[str, ...] = field(default=())  # documentation: where its terms come from
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from backends.config import SimConfig
 from backends.engine import build
+from backends.memory import COMM_RESERVE_GB, chip_bytes
 from backends.perf import (
     Placement,
     prefill_attention_context,
@@ -220,7 +221,7 @@ def test_kv_capacity_is_memory_minus_weights_over_kv_per_token(model, hw, chips,
     kept = 0.0 if bpp >= 2 else min(m.dense_params_b, m.bf16_params_b if m.bf16_params_b
                                     is not None else m.embedding_params_b)
     weights = (kept * 2 + (m.dense_params_b - kept) * bpp + m.expert_params_b * bpp) * 1e9
-    free = chips * h.memory_gb * 1e9 * util - weights
+    free = chips * chip_bytes(h.memory_gb) * util - weights  # what CUDA reports (memory.py)
     elem = m.kv_bytes_per_element or (2.0 if precision == "mxfp4" else bpp)
     kv = 2 * m.layers * m.kv_heads * m.head_dim * elem
     copies = max(1.0, chips / m.kv_heads) if h.sharding == "tensor" else 1.0
@@ -234,27 +235,28 @@ def test_engine_memory_activations_and_reserve_come_out_of_the_kv_cache():
     is left after them."""
     m, h = CAT.get_model("llama-3.1-70b"), CAT.get_hardware("h100-sxm")
     bare = Placement(m, h, 2, "fp8")
-    vllm = Placement(m, h, 2, "fp8", activation_tokens=8192, reserved_gb=2.5)
+    vllm = Placement(m, h, 2, "fp8", activation_tokens=8192, reserved_gb=1.92)
     trt = Placement(m, h, 2, "fp8", memory_utilization=1.0, kv_memory_fraction=0.9,
-                    activation_tokens=8192, reserved_gb=2.5)
-    act = vllm.engine_bytes_per_chip - 2.5e9
+                    activation_tokens=8192, reserved_gb=1.92)
+    reserve = (1.92 + COMM_RESERVE_GB) * 1e9  # two chips: the communication buffers on top
+    act = vllm.engine_bytes_per_chip - reserve
     assert 0.5e9 < act < 3e9  # ~1-2 GB of activations per GPU at 8,192 tokens
     kvb = bare.kv_bytes_per_token
-    assert vllm.kv_capacity_tokens == int((bare.kv_memory_bytes - 2 * (act + 2.5e9)) // kvb)
-    free = 80e9 - bare.weight_bytes_per_chip - act - 2.5e9
+    assert vllm.kv_capacity_tokens == int((bare.kv_memory_bytes - 2 * (act + reserve)) // kvb)
+    free = chip_bytes(80.0) - bare.weight_bytes_per_chip - act - reserve
     assert trt.kv_capacity_tokens == int(2 * free * 0.9 // kvb)
 
 
 def test_meta_fp8_405b_keeps_attention_in_bf16():
     """Meta's FP8 checkpoint: ~487 GB, not the 410 GB of an all-FP8 one; on 8 x H100 that
-    leaves a third of the KV cache."""
+    leaves about half the KV cache."""
     meta, plain = CAT.get_model("llama-3.1-405b-meta-fp8"), CAT.get_model("llama-3.1-405b")
     assert meta.weight_bytes("fp8") == pytest.approx(487e9, rel=0.01)
     assert plain.weight_bytes("fp8") == pytest.approx(410e9, rel=0.01)
     h = CAT.get_hardware("h100-sxm")
-    a = Placement(meta, h, 8, "fp8", activation_tokens=8192, reserved_gb=2.5)
-    b = Placement(plain, h, 8, "fp8", activation_tokens=8192, reserved_gb=2.5)
-    assert a.kv_capacity_tokens < 0.5 * b.kv_capacity_tokens
+    a = Placement(meta, h, 8, "fp8", activation_tokens=8192, reserved_gb=1.92)
+    b = Placement(plain, h, 8, "fp8", activation_tokens=8192, reserved_gb=1.92)
+    assert a.kv_capacity_tokens < 0.55 * b.kv_capacity_tokens
 
 
 def test_mla_kv_is_replicated_across_tensor_parallel_chips_but_not_with_attention_dp():
