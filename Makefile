@@ -22,9 +22,10 @@ $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e .
 	touch $@
 
-$(DEV_STAMP): $(RUNTIME_STAMP)
+# [dev] includes the runtime's packages: one install, one resolve (CI installs from nothing)
+$(DEV_STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP) -e '.[dev]'
-	touch $@
+	touch $(RUNTIME_STAMP) $@
 
 install: $(RUNTIME_STAMP)
 
@@ -48,7 +49,7 @@ lint: $(DEV_STAMP)
 test: $(DEV_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n 2 --dist loadfile --durations=15  # two workers, a test file each at a time
+	$(BIN)/pytest -q -n 3 --dist loadfile --durations=15  # three workers (many tests wait on servers), a test file each at a time
 
 # The docker-compose topology without Docker: docker-compose.yml's services as local processes
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a
