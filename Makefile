@@ -1,6 +1,10 @@
 # Everything installs from nothing: `make serve` and `make test` create .venv when missing, and
 # `make test` installs the programs its tests run (scripts/system_deps.sh) first.
 PY ?= python3
+# Bytecode is cached (this machine's image sets PYTHONDONTWRITEBYTECODE=1): the suite starts a
+# hundred-odd Python processes (servers, workers, CLIs), each of which otherwise compiled every
+# module from source again (collection 11.6 -> 6.0 s a worker; the suite's CPU 291 -> 251 s)
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 # the pip that the venv ships (Python 3.11: 23.2) is enough: constraints.txt pins every

@@ -35,6 +35,29 @@ if os.environ.get("FASTMODE_LEDGER") in (None, os.environ.get("FASTMODE_TESTS_LE
     _ledger = str(Path(tempfile.mkdtemp(prefix="fastmode-tests-")) / "ledger.sqlite3")
     os.environ["FASTMODE_LEDGER"] = os.environ["FASTMODE_TESTS_LEDGER"] = _ledger
 
+# The test files that take longest (their summed durations: `pytest --durations`), run first.
+# `make test` spreads whole files over its workers (--dist loadfile) in collection order, so a
+# long file collected last ran alone at the end (a ~50 s tail in CI); longest first leaves the
+# short ones to fill in. Only a schedule: a stale entry costs time, never a result.
+SLOWEST_FILES = (
+    "gateway/test_schemathesis.py", "gateway/test_replay.py", "gateway/test_workers.py",
+    "gateway/test_dashboard.py", "gateway/test_faults.py", "gateway/test_openai_sdk.py",
+    "gateway/test_remote.py", "gateway/test_replay_workers.py", "gateway/test_ws.py",
+    "gateway/test_replay_matching.py", "gateway/test_overload.py",
+    "gateway/test_redis_outage.py", "gateway/test_tenancy.py", "gateway/test_connections.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    tests = Path(__file__).parent
+
+    def key(item: pytest.Item) -> int:
+        return rank.get(item.path.relative_to(tests).as_posix(), len(rank))
+
+    items.sort(key=key)  # stable: the others keep their order, and each file its tests'
+
+
 # `fastmode serve` prints this line (single process and --workers) once its socket is bound
 BANNER = re.compile(rb"OpenAI base_url:\s+(http://\S+?)/v1\s")
 # how many times faster the hardware of ``quick_server`` is (see quick_config_text)

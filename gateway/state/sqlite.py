@@ -186,13 +186,21 @@ class SQLiteState(StateBackend):
             responses, self._responses = self._responses, []
             if not rows and not responses or self._db is None:
                 return
+            # The write runs on the backend's thread and cannot be stopped there: a flush
+            # cancelled mid-write (close() cancelling the writer at shutdown) waits for its
+            # outcome, so the rows are kept for the next flush only if they were not written.
+            # Keeping them on cancellation alone wrote every row of that batch twice.
+            write = asyncio.ensure_future(self._run(self._write, rows, responses))
             try:
-                await self._run(self._write, rows, responses)
-            except BaseException:
-                self._rows[:0] = rows  # keep them for the next round
-                self._responses[:0] = responses
-                raise
-            self.rows_written += len(rows)
+                await asyncio.shield(write)
+            finally:
+                if not write.done():  # cancelled while the thread writes: wait for its outcome
+                    await asyncio.wait({write})
+                if write.cancelled() or write.exception() is not None:
+                    self._rows[:0] = rows  # not written: kept for the next round
+                    self._responses[:0] = responses
+                else:
+                    self.rows_written += len(rows)
 
     def append_usage(self, row: UsageRow) -> None:
         self._rows.append(row)

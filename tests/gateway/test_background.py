@@ -21,7 +21,8 @@ import openai
 import pytest
 from conftest import launch, quick_config_text, stop_server
 
-ORDER = ["queued", "in_progress", "completed"]
+# the ranks a status may take: never backwards; a reply cut at max_output_tokens ends "incomplete"
+RANK = {"queued": 0, "in_progress": 1, "completed": 2, "incomplete": 2}
 KEY_A = "sk-background-a-2b7d9f1c3e5a46802b7d9f1c3e5a4680"
 KEY_B = "sk-background-b-6e0c8a2f4d1b93576e0c8a2f4d1b9357"
 
@@ -52,15 +53,22 @@ def test_a_background_response_runs_queued_in_progress_completed(live_server: st
     seen = poll(client, created.id, {"completed", "incomplete"})
     statuses = [r.status for r in seen]
     assert "in_progress" in statuses  # it ran while it was polled
-    ranks = [ORDER.index(s) for s in [created.status, *statuses]]
+    ranks = [RANK[s] for s in [created.status, *statuses]]
     assert ranks == sorted(ranks)  # never backwards
     done = seen[-1]
-    assert done.status == "completed" and done.background is True
+    assert done.background is True
     assert done.output_text and done.usage.output_tokens > 0
-    # it ran on the engine: a normal turn's modeled times, and completed_at follows them
+    if done.status == "incomplete":  # the mock's reply ran past the cap: cut exactly there
+        assert done.incomplete_details.reason == "max_output_tokens"
+        assert done.usage.output_tokens == 300
+    else:
+        assert done.status == "completed" and done.usage.output_tokens <= 300
+    # it ran on the engine: a normal turn's modeled times, and completed_at follows them (only
+    # a completed response has one)
     info = done.model_extra["time_info"]
     assert info["completion_time"] > 0
-    assert done.completed_at == int(done.created_at) + round(info["total_time"])
+    expected = int(done.created_at) + round(info["total_time"])
+    assert done.completed_at == (expected if done.status == "completed" else None)
 
 
 def test_cancel_stops_it_bills_what_was_generated_and_is_idempotent(live_server: str) -> None:

@@ -4,6 +4,7 @@ before it."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -310,3 +311,34 @@ def test_kill_9_loses_no_request_that_finished_a_second_before(tmp_path) -> None
         proc.wait(10)
     with sqlite3.connect(ledger) as db:  # the file itself, read by anyone
         assert db.execute("SELECT COUNT(*) FROM usage").fetchone()[0] >= len(settled)
+
+
+async def test_a_flush_cancelled_mid_write_writes_each_row_once(tmp_path) -> None:
+    """close() cancels the writer task, which may be inside a write on the backend's thread:
+    the write finishes there, so the flush must not keep its rows for close()'s own flush too
+    (found as a graceful shutdown's 2 ledger rows written as 4)."""
+    state = SQLiteState(tmp_path / "s.db", flush_interval_s=60)
+    await state.start()
+    write = state._write
+    started = threading.Event()
+
+    def slow_write(rows, responses) -> None:
+        started.set()
+        time.sleep(0.2)  # the thread is inside the transaction when the flush is cancelled
+        write(rows, responses)
+
+    state._write = slow_write  # type: ignore[method-assign]
+    for i in range(3):
+        state.append_usage(row(i))
+    flushing = asyncio.create_task(state.flush())
+    while not started.is_set():
+        await asyncio.sleep(0.005)
+    flushing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await flushing
+    assert state.rows_written == 3 and state._rows == []
+    state.append_usage(row(3))
+    await state.close()
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        ids = [r for (r,) in db.execute("SELECT request_id FROM usage ORDER BY id")]
+    assert ids == ["req-0", "req-1", "req-2", "req-3"]
