@@ -50,10 +50,12 @@ lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# three workers (many tests wait on servers), a test file each at a time, the longest files first
+# (tests/conftest.py SLOWEST_FILES)
 test: $(DEV_STAMP) system-deps
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -n 3 --dist loadfile --durations=15  # three workers (many tests wait on servers), a test file each at a time
+	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The docker-compose topology without Docker: docker-compose.yml's services as local processes
 # on free loopback ports, the integration suite against them (scripts/integration.py), after a

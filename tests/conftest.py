@@ -35,16 +35,24 @@ if os.environ.get("FASTMODE_LEDGER") in (None, os.environ.get("FASTMODE_TESTS_LE
     _ledger = str(Path(tempfile.mkdtemp(prefix="fastmode-tests-")) / "ledger.sqlite3")
     os.environ["FASTMODE_LEDGER"] = os.environ["FASTMODE_TESTS_LEDGER"] = _ledger
 
-# The test files that take longest (their summed durations: `pytest --durations`), run first.
-# `make test` spreads whole files over its workers (--dist loadfile) in collection order, so a
-# long file collected last ran alone at the end (a ~50 s tail in CI); longest first leaves the
-# short ones to fill in. Only a schedule: a stale entry costs time, never a result.
+# The test files that take 4 s or more (their tests' summed durations, longest first), run
+# first. `make test` hands whole files to its workers (--dist loadfile) in collection order
+# (--no-loadscope-reorder: xdist would sort the files by their number of tests), so a long file
+# collected late ran alone at the end (a ~50 s tail in CI); longest first leaves the short ones
+# to fill in. Only a schedule: a stale entry costs time, never a result.
 SLOWEST_FILES = (
     "gateway/test_schemathesis.py", "gateway/test_replay.py", "gateway/test_workers.py",
     "gateway/test_dashboard.py", "gateway/test_faults.py", "gateway/test_openai_sdk.py",
     "gateway/test_remote.py", "gateway/test_replay_workers.py", "gateway/test_ws.py",
-    "gateway/test_replay_matching.py", "gateway/test_overload.py",
-    "gateway/test_redis_outage.py", "gateway/test_tenancy.py", "gateway/test_connections.py",
+    "gateway/test_replay_matching.py", "gateway/test_overload.py", "gateway/test_redis_outage.py",
+    "gateway/test_tenancy.py", "gateway/test_connections.py", "clients/test_bench_e2e.py",
+    "gateway/test_raw_reasoning.py", "gateway/test_shutdown.py",
+    "backends/test_mockmodel_reasoning.py", "gateway/test_hostile.py",
+    "gateway/test_remote_protocols.py", "gateway/test_structured_outputs.py",
+    "gateway/test_limits.py", "gateway/test_background.py", "gateway/test_reasoning.py",
+    "backends/test_fleet.py", "gateway/test_redis_state.py", "gateway/test_ledger.py",
+    "gateway/test_roles.py", "gateway/test_push.py", "gateway/test_serve_cli.py",
+    "gateway/test_stored_chat.py", "backends/test_calibrate.py",
 )
 
 
