@@ -8,10 +8,12 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
   request and only for a key with a limit. That is what makes a limit exact across processes
   (a key limited to N requests per minute gets N in total, however its requests are spread),
   where a local lease would let each process overshoot or refuse early.
-- **ledger**: ``append_usage`` buffers; a background task writes each batch in one pipeline
+- **ledger**: ``append_usage`` buffers; a background task writes each batch in one transaction
   (``flush_interval_s``): the rows in a sorted set by time, and the totals per (key, tier) and
   per (key, tier, day) as hash counters (``HINCRBY``), so ``usage_totals`` reads a few hashes
-  however many rows there are.
+  however many rows there are. Each batch is counted once: its transaction sets the batch's
+  marker, and a batch whose write failed (perhaps after Redis applied it) is written again only
+  if its marker is missing (``_write_batch``).
 - **responses**: ``put_response`` wakes a writer task that sends every pending response in one
   pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
   trip later; a read that misses asks again for up to ~1 s, so such a continuation waits for
@@ -33,7 +35,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -95,6 +99,9 @@ def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
 
+# how long a ledger batch's marker is kept: the longest a failed batch may wait for its retry
+# (an outage's end) and still be told apart from one Redis applied (seconds: 7 days)
+BATCH_MARK_TTL_S = 7 * 86400
 CLOSE_WAIT_S = 5.0  # close(): how long the round under way may take to end
 # the waits (seconds) before asking Redis again for a response not there yet (get_response)
 RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
@@ -112,6 +119,7 @@ class RedisState(StateBackend):
         self.link = RedisLink(url, timeout_s, self.health)
         self._take_sha = ""
         self._rows: list[UsageRow] = []
+        self._unsure: list[tuple[str, list[UsageRow]]] = []  # failed batches: (id, rows)
         self._cache = ResponseCache(response_cache)
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._responses: list[StoredResponse] = []
@@ -157,7 +165,7 @@ class RedisState(StateBackend):
                 await self.flush()
             except StateUnavailable:
                 log.error("state: Redis unavailable at exit: %d ledger rows and %d stored "
-                          "responses were not written", len(self._rows), len(self._responses))
+                          "responses were not written", self.rows_pending, len(self._responses))
         await self.link.aclose()
 
     async def _background(self) -> None:
@@ -177,34 +185,64 @@ class RedisState(StateBackend):
     def append_usage(self, row: UsageRow) -> None:
         self._rows.append(row)
 
+    @property
+    def rows_pending(self) -> int:
+        """Rows not known to be written: buffered, or in a batch whose write failed."""
+        return len(self._rows) + sum(len(rows) for _, rows in self._unsure)
+
     async def flush(self) -> None:
         await self._write_responses()
         async with self._flush_lock:
-            rows, self._rows = self._rows, []
-            if not rows or not self.link.opened:
-                self._rows[:0] = rows
+            if not self.link.opened:
                 return
-            pipe = self.link.slow.pipeline(transaction=True)
-            pipe.zadd(self._k("usage"), {_row_json(r): r.ts for r in rows})
-            for r in rows:
-                if r.tier_served is None:
-                    continue
-                day = time.strftime("%Y-%m-%d", time.gmtime(r.ts))
-                for key in (self._k("tot", r.api_key, r.tier_served),
-                            self._k("totd", day, r.api_key, r.tier_served)):
-                    pipe.hincrby(key, "requests", 1)
-                    for f in TOTAL_FIELDS[1:-1]:
-                        if v := getattr(r, f):
-                            pipe.hincrby(key, f, int(v))
-                    pipe.hincrbyfloat(key, "cost_usd", float(r.cost_usd))
-                pipe.sadd(self._k("tot-index"), _SEP.join((r.api_key, r.tier_served)))
-                pipe.sadd(self._k("totd-index"), _SEP.join((day, r.api_key, r.tier_served)))
-            try:
-                await self.link.call("flush", pipe.execute)
-            except BaseException:
-                self._rows[:0] = rows  # keep them for the next round
-                raise
-            self.rows_written += len(rows)
+            await self._retry_unsure()
+            rows, self._rows = self._rows, []
+            if not rows:
+                return
+            await self._write_batch(secrets.token_hex(8), rows)
+
+    async def _write_batch(self, batch: str, rows: list[UsageRow]) -> None:
+        """One batch of rows in one transaction, which also sets the batch's marker: a write
+        that failed may still have been applied (Redis ran the EXEC, the reply was lost to a
+        timeout or a dropped connection), and a batch written again would count its rows'
+        totals twice. So a failed batch keeps its id (``_unsure``), and the next flush writes
+        it again only if its marker is not there."""
+        pipe = self.link.slow.pipeline(transaction=True)
+        pipe.set(self._k("batch", batch), 1, ex=BATCH_MARK_TTL_S)
+        pipe.zadd(self._k("usage"), {_row_json(r): r.ts for r in rows})
+        for r in rows:
+            if r.tier_served is None:
+                continue
+            day = time.strftime("%Y-%m-%d", time.gmtime(r.ts))
+            for key in (self._k("tot", r.api_key, r.tier_served),
+                        self._k("totd", day, r.api_key, r.tier_served)):
+                pipe.hincrby(key, "requests", 1)
+                for f in TOTAL_FIELDS[1:-1]:
+                    if v := getattr(r, f):
+                        pipe.hincrby(key, f, int(v))
+                pipe.hincrbyfloat(key, "cost_usd", float(r.cost_usd))
+            pipe.sadd(self._k("tot-index"), _SEP.join((r.api_key, r.tier_served)))
+            pipe.sadd(self._k("totd-index"), _SEP.join((day, r.api_key, r.tier_served)))
+        try:
+            await self.link.call("flush", pipe.execute)
+        except BaseException:
+            self._unsure.append((batch, rows))  # applied or not: the marker will say
+            raise
+        self.rows_written += len(rows)
+
+    async def _retry_unsure(self) -> None:
+        """The batches whose write failed: counted if Redis applied them after all (their
+        marker is there), else written again under the same id."""
+        while self._unsure:
+            batch, rows = self._unsure[0]
+            marker = self._k("batch", batch)
+            applied = await self.link.call("flush", functools.partial(self.link.slow.exists,
+                                                                      marker))
+            self._unsure.pop(0)
+            if applied:
+                self.rows_written += len(rows)
+            else:
+                await self._write_batch(batch, rows)
 
     async def usage_totals(self, *, per_day: bool = False, api_key: str | None = None,
                            since: float | None = None) -> list[UsageTotal]:

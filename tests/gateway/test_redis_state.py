@@ -21,10 +21,12 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+import redis
 from conftest import free_port
 
 from gateway.config import default_config_text
 from gateway.state import StoredResponse, UsageRow
+from gateway.state.health import StateUnavailable
 from gateway.state.redis_backend import RedisState
 
 REDIS = shutil.which("redis-server")
@@ -281,3 +283,38 @@ def test_two_gateway_processes_share_state(redis_url: str, server_factory) -> No
         time.sleep(0.05)
     assert n == 8, rows  # 6 spark + 2 standard, from both processes
     assert {r["tier"] for r in rows} == {"spark", "standard"}
+
+
+async def test_a_batch_applied_but_reported_failed_is_counted_once(redis_url: str) -> None:
+    """Redis ran the ledger's transaction, but its reply was lost (a timeout, a dropped
+    connection): the batch is retried at the next flush, and must not add its totals twice."""
+    state = RedisState(redis_url, flush_interval_s=60)  # no background flush
+    await state.start()
+    call = state.link.call
+    lost = [1]  # the next flush's reply is lost after Redis applied it
+
+    async def reply_lost(op: str, fn):  # type: ignore[no-untyped-def]
+        result = await call(op, fn)
+        if op == "flush" and lost:
+            lost.pop()
+            raise state.health.failed(op, redis.exceptions.TimeoutError("reply lost"))
+        return result
+
+    state.link.call = reply_lost  # type: ignore[method-assign]
+    try:
+        for i in range(3):
+            state.append_usage(row(i, out=10))
+        with pytest.raises(StateUnavailable):
+            await state.flush()
+        assert state.rows_pending == 3  # not known to be written
+        state.health.answered()  # the outage is over
+        state.append_usage(row(3, out=10))
+        await state.flush()
+        assert state.rows_pending == 0 and state.rows_written == 4
+        [total] = await state.usage_totals()
+        assert (total.requests, total.output_tokens) == (4, 40)
+        assert sorted(r.request_id for r in await state.usage_rows()) == [
+            "req-0", "req-1", "req-2", "req-3"]
+    finally:
+        state.link.call = call  # type: ignore[method-assign]
+        await state.close()
