@@ -80,7 +80,8 @@ def add_routes(app: FastAPI, gateway: Gateway) -> None:
         return Response(status_code=503 if gateway.draining else 200)
 
     app.add_api_route("/health", health, methods=["GET"])
-    app.add_api_route("/ping", health, methods=["GET", "POST"])
+    for method in ("GET", "POST"):  # a route each: one operationId each in /openapi.json
+        app.add_api_route("/ping", health, methods=[method])
 
     @app.get("/version")
     async def version_route() -> Response:

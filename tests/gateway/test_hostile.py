@@ -198,6 +198,16 @@ async def test_openapi_describes_the_count_tokens_body(client) -> None:
     assert "max_tokens" not in schema.get("required", [])
 
 
+
+async def test_openapi_operation_ids_are_unique(client) -> None:
+    """Client generators (openapi-generator, openapi-python-client) refuse a document whose
+    operations share an id: GET and POST /ping once did (FastAPI names a route's operations
+    after its first method)."""
+    spec = (await client.get("/openapi.json")).json()
+    ids = [op["operationId"] for methods in spec["paths"].values() for op in methods.values()]
+    assert len(ids) > 20 and len(ids) == len(set(ids))
+    assert {"get", "post"} <= set(spec["paths"]["/ping"])
+
 def _marks(doc: Any) -> int:
     """``,`` ``:`` ``[`` ``{`` of ``doc``'s compact JSON outside strings, from the document."""
     if isinstance(doc, dict):
