@@ -86,7 +86,8 @@ def _sse_output_tokens(protocol: str, text: str) -> tuple[int, str]:
             if ev.get("usage"):
                 out = ev["usage"]["completion_tokens"]
         elif protocol == "responses":
-            if ev.get("type") == "response.completed":
+            # the reply may run into max_output_tokens: then it ends "incomplete"
+            if ev.get("type") in ("response.completed", "response.incomplete"):
                 rid, out = ev["response"]["id"], ev["response"]["usage"]["output_tokens"]
         elif ev.get("type") == "message_start":
             rid = ev["message"]["id"]
