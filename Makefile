@@ -7,8 +7,12 @@ PY ?= python3
 unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
-# the pip that the venv ships (Python 3.11: 23.2) is enough: constraints.txt pins every
-# package, so it resolves at once instead of backtracking for many minutes
+# uv installs the pinned set (constraints.txt pins every package, so nothing is resolved anew)
+# in ~7 s from nothing, where pip took ~56 s of a 5-minute CI; pip installs uv itself, and
+# does the install if uv cannot (the pip that the venv ships, Python 3.11: 23.2, is enough)
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv
+INSTALL := $(UV) pip install -q --python $(BIN)/python -c constraints.txt
 PIP := $(BIN)/python -m pip install -q --disable-pip-version-check -c constraints.txt
 # bench/soak.py: `make bench SOAK_MINUTES=1` for a short one
 SOAK_MINUTES ?= 10
@@ -22,13 +26,16 @@ DEV_STAMP := $(VENV)/.dev-stamp
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e .
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+
+$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(UV)
+	$(INSTALL) -e . || $(PIP) -e .
 	touch $@
 
 # [dev] includes the runtime's packages: one install, one resolve (CI installs from nothing)
-$(DEV_STAMP): pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP) -e '.[dev]'
+$(DEV_STAMP): pyproject.toml constraints.txt | $(UV)
+	$(INSTALL) -e '.[dev]' || $(PIP) -e '.[dev]'
 	touch $(RUNTIME_STAMP) $@
 
 install: $(RUNTIME_STAMP)
