@@ -27,13 +27,15 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .base import StateBackend
-from .redis_backend import RedisState
 from .sqlite import SQLiteState
+
+if TYPE_CHECKING:  # imported where Redis is the state: redis-py is ~0.1 s of a start-up
+    from .redis_backend import RedisState
 
 log = logging.getLogger("fastmode.state.objects")
 
@@ -239,9 +241,11 @@ def objects_of(state: StateBackend) -> ObjectStore:
     if store is None:
         if isinstance(state, SQLiteState):
             store = SQLiteObjects(state)
-        elif isinstance(state, RedisState):
-            store = RedisObjects(state)
         else:
-            raise TypeError(f"no stored objects for {type(state).__name__}")
+            from .redis_backend import RedisState
+
+            if not isinstance(state, RedisState):
+                raise TypeError(f"no stored objects for {type(state).__name__}")
+            store = RedisObjects(state)
         _STORES[state] = store
     return store
