@@ -48,6 +48,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("moe_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
     Param("mla_layer_latency_us", 0.0, 400.0, 2.0, offset=1.0),
     Param("w4a16_efficiency", 0.05, 0.95, 0.4),
+    # the router's spread of expert popularity (backends/expert_skew.py): searched on
+    # log(cv2 + 0.25), so uniform routing (the prior, 0) to cv2 = 1 (an exponential spread of
+    # popularity) is one sigma
+    Param("expert_load_cv2", 0.0, 8.0, 1.6, offset=0.25),
     # the reference engine's, written into a GPU's profile beside its step overhead (not fitted
     # per hardware)
     Param("seq_overhead_us", 0.0, 50.0, 1.5, offset=1.0),
@@ -67,7 +71,7 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
           "expert_read_efficiency", "expert_compute_efficiency", "mla_layer_latency_us",
-          "w4a16_efficiency")
+          "w4a16_efficiency", "expert_load_cv2")
 # Efficiencies of one chip: fitted per hardware, pulled towards the pooled fit of all GPUs.
 # (step_overhead_ms is an engine term for the public set, a hardware one for your own server.)
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
@@ -104,7 +108,8 @@ _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_over
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
                  "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
                  "moe_layer_latency_us": 0.0,
-                 "mla_layer_latency_us": 2.8, "w4a16_efficiency": W4A16_PRIOR}
+                 "mla_layer_latency_us": 2.8, "w4a16_efficiency": W4A16_PRIOR,
+                 "expert_load_cv2": 0.0}
 
 
 def _gpu(mbu: float, mfu: float, layer_us: float, allreduce_us: float,
