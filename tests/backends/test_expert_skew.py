@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from backends.calibrate.figures import Figure
 from backends.calibrate.fit import _relevance_groups
-from backends.calibrate.params import PRIORS, SHARED
+from backends.calibrate.params import EXPERT_LOAD_CV2_PRIOR, PRIORS, SHARED
 from backends.expert_skew import skewed_touched_share
 from backends.moe import busiest_group_experts, expert_rows, touched_expert_share
 from backends.perf import Placement
@@ -97,9 +97,17 @@ def test_a_decode_step_of_a_skewed_router_reads_fewer_expert_weights() -> None:
     assert a.total_s == b.total_s
 
 
-def test_the_spread_is_a_shared_term_starting_at_uniform_routing_and_moe_figures_only() -> None:
+def _gini(cv2: float) -> float:
+    """Gini coefficient of a Gamma law of shape 1 / cv2 (the prior's source states a Gini)."""
+    a = 1.0 / cv2
+    return math.exp(math.lgamma(a + 0.5) - math.lgamma(a)) / (a * math.sqrt(math.pi))
+
+
+def test_the_spread_is_a_shared_term_from_the_measured_gini_and_moe_figures_only() -> None:
     assert "expert_load_cv2" in SHARED
-    assert all(p.get("expert_load_cv2", 0.0) == 0.0 for p in PRIORS.values())
+    assert all(p["expert_load_cv2"] == EXPERT_LOAD_CV2_PRIOR for p in PRIORS.values())
+    # the prior is the Gamma spread whose Gini is 0.30 (the low end of the measured band)
+    assert _gini(EXPERT_LOAD_CV2_PRIOR) == pytest.approx(0.30, abs=0.005)
     common = dict(source="s", hardware="b200", chips=1, scenario="serving", batch=16,
                   prompt_tokens=1024, output_tokens=1024, metric="itl", value=5.0, unit="ms",
                   engine="vLLM 0.11.2")
