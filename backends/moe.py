@@ -3,7 +3,9 @@ work falls on the chips, and what small groups of tokens per expert cost. Pure f
 
 - **Touched experts.** T tokens each route to k of E experts; with uniform routing the
   expected share of experts touched is ``1 - (1 - k/E)^T`` (``touched_expert_share``): one
-  token reads about its active parameters, a few hundred read the whole model.
+  token reads about its active parameters, a few hundred read the whole model. A router
+  that prefers some experts touches fewer (``expert_skew``, the profile's
+  ``expert_load_cv2``).
 - **Few tokens per expert.** A grouped GEMM pays at least a tile of rows for every expert it
   runs (``expert_rows``): at decode a DeepSeek-V3 step of 64 tokens sends ~2 tokens to each of
   ~220 experts, and each costs a tile, not 2 rows.
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import math
 
+from .expert_skew import skewed_touched_share
 
-def touched_expert_share(experts: int, per_token: int, tokens: float) -> float:
-    """Expected share of ``experts`` touched by ``tokens`` tokens routing to ``per_token``."""
-    if experts <= 0:
-        return 1.0
-    return 1.0 - math.pow(1.0 - per_token / experts, max(0.0, tokens))
+
+def touched_expert_share(experts: int, per_token: int, tokens: float, cv2: float = 0.0) -> float:
+    """Expected share of ``experts`` touched by ``tokens`` tokens routing to ``per_token``
+    (``cv2``: the spread of the experts' popularity, ``expert_skew``; 0 = uniform)."""
+    return skewed_touched_share(experts, per_token, tokens, cv2)
 
 
 def expected_max(mean: float, variance: float, groups: int) -> float:
@@ -37,10 +40,11 @@ def expected_max(mean: float, variance: float, groups: int) -> float:
     return min(top, mean * groups)
 
 
-def busiest_group_experts(experts: int, per_token: int, tokens: float, groups: int) -> float:
+def busiest_group_experts(experts: int, per_token: int, tokens: float, groups: int,
+                          cv2: float = 0.0) -> float:
     """Touched experts on the busiest of ``groups`` expert-parallel groups (E / groups experts
     each), expected."""
-    share = touched_expert_share(experts, per_token, tokens)
+    share = touched_expert_share(experts, per_token, tokens, cv2)
     local = experts / max(1, groups)
     return expected_max(local * share, local * share * (1.0 - share), groups)
 
@@ -53,12 +57,13 @@ def busiest_group_tokens(per_token: int, tokens: float, groups: int) -> float:
     return expected_max(n * p, n * p * (1.0 - p), groups)
 
 
-def expert_rows(experts: int, per_token: int, tokens: float, tile: float) -> tuple[float, float]:
+def expert_rows(experts: int, per_token: int, tokens: float, tile: float,
+                cv2: float = 0.0) -> tuple[float, float]:
     """(rows the grouped GEMMs pay for, rows per touched expert) of a step of ``tokens``
     tokens: every touched expert costs at least ``tile`` rows."""
     if experts <= 0 or tokens <= 0:
         return 0.0, 0.0
-    touched = experts * touched_expert_share(experts, per_token, tokens)
+    touched = experts * touched_expert_share(experts, per_token, tokens, cv2)
     per_expert = tokens * per_token / touched
     return touched * max(per_expert, tile), max(per_expert, tile)
 

@@ -222,7 +222,8 @@ class Placement:
         """Weights one step reads when it processes ``tokens`` tokens (the whole replica; the
         input embedding table is a lookup, not read)."""
         m = self.model
-        share = touched_expert_share(m.experts, m.experts_per_token, tokens) if m.is_moe else 1
+        share = (touched_expert_share(m.experts, m.experts_per_token, tokens,
+                                      self.hardware.expert_load_cv2) if m.is_moe else 1)
         return m.read_bytes(self.precision, share)
 
     def gemm_seconds(self, tokens: int, sampled: int | None = None) -> float:

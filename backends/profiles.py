@@ -102,6 +102,9 @@ class HardwareProfile:
     # share of the GEMM rate that grouped expert GEMMs reach against a dense GEMM of the same
     # rows (routing, permutation of k copies of every token, ragged groups)
     expert_compute_efficiency: float = 1.0
+    # spread of the router's expert popularity (squared coefficient of variation; 0 = uniform
+    # routing): fewer distinct experts touched per step (backends/expert_skew.py)
+    expert_load_cv2: float = 0.0
     # the latency floor of a layer's kernels grows with their number: a mixture-of-experts
     # FFN adds its router, top-k, permutation and grouped GEMMs, multi-head latent attention
     # its low-rank projections and norms (a DeepSeek-V3 decode layer is 13 fused modules in

@@ -33,10 +33,11 @@ def weights_seconds(p: Placement, tokens: int) -> float:
         ebpp = m.expert_bytes_per_param_at(p.precision)
         ep = p.expert_parallel
         per_expert = m.params_per_expert_b * 1e9 * ebpp
-        share = touched_expert_share(m.experts, m.experts_per_token, tokens)
+        cv2 = hw.expert_load_cv2
+        share = touched_expert_share(m.experts, m.experts_per_token, tokens, cv2)
         experts = m.experts * share * per_expert
         if ep > 1:
-            busiest = busiest_group_experts(m.experts, m.experts_per_token, tokens, ep)
+            busiest = busiest_group_experts(m.experts, m.experts_per_token, tokens, ep, cv2)
             experts_chip = busiest * per_expert / (n / ep)
         else:
             experts_chip = experts / n
@@ -85,7 +86,8 @@ def gemm_seconds(p: Placement, tokens: int, sampled: int | None = None) -> float
     t += 2e9 * m.lm_head_params_b * lm_rows / gemm_rate(p, lm_precision, lm_rows)
     if m.is_moe:
         k, ep = m.experts_per_token, p.expert_parallel
-        e_rows, per_expert = expert_rows(m.experts, k, tokens, hw.gemm_min_tokens)
+        e_rows, per_expert = expert_rows(m.experts, k, tokens, hw.gemm_min_tokens,
+                                         hw.expert_load_cv2)
         if ep > 1:  # the busiest group's assignments against the mean group's
             e_rows *= busiest_group_tokens(k, tokens, ep) / (tokens * k / ep)
         ebits = canonical_precision(p.precision)

@@ -162,7 +162,7 @@ def _relevance_groups(
                 skip.add("w4a16_efficiency")
             if not moe:
                 skip |= {"expert_read_efficiency", "expert_compute_efficiency",
-                         "moe_layer_latency_us"}
+                         "moe_layer_latency_us", "expert_load_cv2"}
             if not mla:
                 skip.add("mla_layer_latency_us")
             names = [n for n in chip_shared if n not in skip] + ["step_overhead_ms"]

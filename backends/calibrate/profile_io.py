@@ -19,7 +19,7 @@ FORMATS = {
     "mfu_fp4": "{:.3f}", "gemm_half_tokens": "{:.1f}", "attention_half_tokens": "{:.0f}",
     "expert_read_efficiency": "{:.3f}", "expert_compute_efficiency": "{:.3f}", "moe_layer_latency_us": "{:.2f}",
     "mla_layer_latency_us": "{:.2f}",
-    "w4a16_efficiency": "{:.3f}", "serving_us_per_token": "{:.2f}",
+    "w4a16_efficiency": "{:.3f}", "expert_load_cv2": "{:.3f}", "serving_us_per_token": "{:.2f}",
     "request_us_per_prompt_token": "{:.2f}",
     "gqa_reread": "{:.3f}", "seq_overhead_us": "{:.2f}", "bandwidth_scale": "{:.3f}", "compute_scale": "{:.3f}",
 }
