@@ -26,8 +26,9 @@ DEV_STAMP := $(VENV)/.dev-stamp
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
+# (`-`: if uv cannot be installed, the installs below fall back to pip)
 $(UV): | $(BIN)/python
-	$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	-$(BIN)/python -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
 $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(UV)
 	$(INSTALL) -e . || $(PIP) -e .
