@@ -11,9 +11,9 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
 - **ledger**: ``append_usage`` buffers; a background task writes each batch in one transaction
   (``flush_interval_s``): the rows in a sorted set by time, and the totals per (key, tier) and
   per (key, tier, day) as hash counters (``HINCRBY``), so ``usage_totals`` reads a few hashes
-  however many rows there are. Each batch is counted once: its transaction sets the batch's
-  marker, and a batch whose write failed (perhaps after Redis applied it) is written again only
-  if its marker is missing (``_write_batch``).
+  however many rows there are. Each batch is counted once: its transaction also records the
+  batch's number for this process, and a batch whose write failed (perhaps after Redis applied
+  it) is written again only if that number is lower (``_write_batch``).
 - **responses**: ``put_response`` wakes a writer task that sends every pending response in one
   pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
   trip later; a read that misses asks again for up to ~1 s, so such a continuation waits for
@@ -99,9 +99,10 @@ def _row_json(row: UsageRow) -> bytes:
     return orjson.dumps(row.as_dict())
 
 
-# how long a ledger batch's marker is kept: the longest a failed batch may wait for its retry
-# (an outage's end) and still be told apart from one Redis applied (seconds: 7 days)
-BATCH_MARK_TTL_S = 7 * 86400
+# how long a process's last ledger batch number is kept after its last write: the longest a
+# failed batch may wait for its retry (an outage's end) and still be told apart from one Redis
+# applied (seconds: 7 days; one key per gateway process, not one per batch)
+LEDGER_SEQ_TTL_S = 7 * 86400
 CLOSE_WAIT_S = 5.0  # close(): how long the round under way may take to end
 # the waits (seconds) before asking Redis again for a response not there yet (get_response)
 RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
@@ -119,7 +120,9 @@ class RedisState(StateBackend):
         self.link = RedisLink(url, timeout_s, self.health)
         self._take_sha = ""
         self._rows: list[UsageRow] = []
-        self._unsure: list[tuple[str, list[UsageRow]]] = []  # failed batches: (id, rows)
+        self._unsure: list[tuple[int, list[UsageRow]]] = []  # failed batches: (number, rows)
+        self._writer = secrets.token_hex(8)  # this process's ledger writer: its batches' key
+        self._batches = 0  # the number of this process's last ledger batch
         self._cache = ResponseCache(response_cache)
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
         self._responses: list[StoredResponse] = []
@@ -199,16 +202,18 @@ class RedisState(StateBackend):
             rows, self._rows = self._rows, []
             if not rows:
                 return
-            await self._write_batch(secrets.token_hex(8), rows)
+            self._batches += 1
+            await self._write_batch(self._batches, rows)
 
-    async def _write_batch(self, batch: str, rows: list[UsageRow]) -> None:
-        """One batch of rows in one transaction, which also sets the batch's marker: a write
-        that failed may still have been applied (Redis ran the EXEC, the reply was lost to a
-        timeout or a dropped connection), and a batch written again would count its rows'
-        totals twice. So a failed batch keeps its id (``_unsure``), and the next flush writes
-        it again only if its marker is not there."""
+    async def _write_batch(self, batch: int, rows: list[UsageRow]) -> None:
+        """One batch of rows in one transaction, which also records its number as this
+        process's last: a write that failed may still have been applied (Redis ran the EXEC,
+        the reply was lost to a timeout or a dropped connection), and a batch written again
+        would count its rows' totals twice. So a failed batch keeps its number (``_unsure``),
+        and the next flush writes it again only if the recorded number is lower. Batches are
+        written in order, a failed one before any later one, so one key per process says."""
         pipe = self.link.slow.pipeline(transaction=True)
-        pipe.set(self._k("batch", batch), 1, ex=BATCH_MARK_TTL_S)
+        pipe.set(self._k("ledger-batch", self._writer), batch, ex=LEDGER_SEQ_TTL_S)
         pipe.zadd(self._k("usage"), {_row_json(r): r.ts for r in rows})
         for r in rows:
             if r.tier_served is None:
@@ -226,20 +231,19 @@ class RedisState(StateBackend):
         try:
             await self.link.call("flush", pipe.execute)
         except BaseException:
-            self._unsure.append((batch, rows))  # applied or not: the marker will say
+            self._unsure.append((batch, rows))  # applied or not: the recorded number says
             raise
         self.rows_written += len(rows)
 
     async def _retry_unsure(self) -> None:
-        """The batches whose write failed: counted if Redis applied them after all (their
-        marker is there), else written again under the same id."""
+        """The batches whose write failed: counted if Redis applied them after all (the
+        recorded number reached theirs), else written again under the same number."""
         while self._unsure:
             batch, rows = self._unsure[0]
-            marker = self._k("batch", batch)
-            applied = await self.link.call("flush", functools.partial(self.link.slow.exists,
-                                                                      marker))
+            key = self._k("ledger-batch", self._writer)
+            last = await self.link.call("flush", functools.partial(self.link.slow.get, key))
             self._unsure.pop(0)
-            if applied:
+            if last is not None and int(last) >= batch:
                 self.rows_written += len(rows)
             else:
                 await self._write_batch(batch, rows)

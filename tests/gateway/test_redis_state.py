@@ -315,6 +315,10 @@ async def test_a_batch_applied_but_reported_failed_is_counted_once(redis_url: st
         assert (total.requests, total.output_tokens) == (4, 40)
         assert sorted(r.request_id for r in await state.usage_rows()) == [
             "req-0", "req-1", "req-2", "req-3"]
+        for i in range(4, 7):  # more batches: still one key per process, not one per batch
+            state.append_usage(row(i, out=10))
+            await state.flush()
+        assert len(await state.link.slow.keys(state.key("ledger-batch", "*"))) == 1
     finally:
         state.link.call = call  # type: ignore[method-assign]
         await state.close()
