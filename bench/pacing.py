@@ -230,15 +230,15 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         if key == "burst":
             out.append(f"| {label}: fewest reads of a stream's {args.tokens} tokens | "
                        f"{min(r['reads'] for r in f)} | {min(r['reads'] for r in b)} | | |")
-    rates_now = modeled_rates() if "steady" in res or "interval8" in res else {}
+    modeled = modeled_rates() if {"steady", "interval8", "lone"} & set(res) else {}
     for key, interval in (("steady", 1), ("interval8", 8)):  # what one core carries
         if key in res:
             cells = []
             for name in ("fastmode", "bare"):
                 cpu = statistics.median(r["cpu_us"] for r in res[key][name]) * 1e-6
-                cells.append(" / ".join(f"{1 / (cpu * rate):,.0f}" for rate in rates_now.values()))
+                cells.append(" / ".join(f"{1 / (cpu * rate):,.0f}" for rate in modeled.values()))
             out.append(f"| streams one core carries at interval {interval} "
-                       f"({' / '.join(f'{t} {r:,.1f} tok/s' for t, r in rates_now.items())}: "
+                       f"({' / '.join(f'{t} {r:,.1f} tok/s' for t, r in modeled.items())}: "
                        "1 core / (CPU per token x modeled tok/s)) | "
                        f"{cells[0]} | {cells[1]} | | |")
     if "requests" in res:
@@ -255,7 +255,7 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         def q(xs: list[float], p: float) -> float:
             return xs[round(p * (len(xs) - 1))]
 
-        predicted = modeled_rates()["fast"]
+        predicted = modeled["fast"]
         out.append(f"| one user, {len(fast)} requests of 300 tokens: fast tok/s p10..p90 "
                    f"(x standard's median {std50:.1f}; `predict` {predicted:.1f}, p10..p90 "
                    f"{q(fast, .1) / predicted - 1:+.1%}..{q(fast, .9) / predicted - 1:+.1%}) | "

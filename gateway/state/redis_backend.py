@@ -120,7 +120,9 @@ class RedisState(StateBackend):
         self.link = RedisLink(url, timeout_s, self.health)
         self._take_sha = ""
         self._rows: list[UsageRow] = []
-        self._unsure: list[tuple[int, list[UsageRow]]] = []  # failed batches: (number, rows)
+        # the batch whose write failed, (number, rows): at most one, since no later batch is
+        # written before it is settled
+        self._unsure: tuple[int, list[UsageRow]] | None = None
         self._writer = secrets.token_hex(8)  # this process's ledger writer: its batches' key
         self._batches = 0  # the number of this process's last ledger batch
         self._cache = ResponseCache(response_cache)
@@ -191,7 +193,7 @@ class RedisState(StateBackend):
     @property
     def rows_pending(self) -> int:
         """Rows not known to be written: buffered, or in a batch whose write failed."""
-        return len(self._rows) + sum(len(rows) for _, rows in self._unsure)
+        return len(self._rows) + (len(self._unsure[1]) if self._unsure else 0)
 
     async def flush(self) -> None:
         await self._write_responses()
@@ -231,22 +233,23 @@ class RedisState(StateBackend):
         try:
             await self.link.call("flush", pipe.execute)
         except BaseException:
-            self._unsure.append((batch, rows))  # applied or not: the recorded number says
+            self._unsure = (batch, rows)  # applied or not: the recorded number says
             raise
         self.rows_written += len(rows)
 
     async def _retry_unsure(self) -> None:
-        """The batches whose write failed: counted if Redis applied them after all (the
-        recorded number reached theirs), else written again under the same number."""
-        while self._unsure:
-            batch, rows = self._unsure[0]
-            key = self._k("ledger-batch", self._writer)
-            last = await self.link.call("flush", functools.partial(self.link.slow.get, key))
-            self._unsure.pop(0)
-            if last is not None and int(last) >= batch:
-                self.rows_written += len(rows)
-            else:
-                await self._write_batch(batch, rows)
+        """The batch whose write failed, if any: counted if Redis applied it after all (the
+        recorded number reached its), else written again under the same number."""
+        if self._unsure is None:
+            return
+        batch, rows = self._unsure
+        key = self._k("ledger-batch", self._writer)
+        last = await self.link.call("flush", functools.partial(self.link.slow.get, key))
+        self._unsure = None
+        if last is not None and int(last) >= batch:
+            self.rows_written += len(rows)
+        else:
+            await self._write_batch(batch, rows)
 
     async def usage_totals(self, *, per_day: bool = False, api_key: str | None = None,
                            since: float | None = None) -> list[UsageTotal]:
