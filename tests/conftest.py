@@ -46,7 +46,7 @@ SLOWEST_FILES = (
     "gateway/test_remote.py", "gateway/test_replay_workers.py", "gateway/test_ws.py",
     "gateway/test_replay_matching.py", "gateway/test_overload.py", "gateway/test_redis_outage.py",
     "gateway/test_tenancy.py", "gateway/test_connections.py", "clients/test_bench_e2e.py",
-    "gateway/test_raw_reasoning.py", "gateway/test_shutdown.py",
+    "gateway/test_raw_reasoning.py", "gateway/test_no_cycles.py", "gateway/test_shutdown.py",
     "backends/test_mockmodel_reasoning.py", "gateway/test_hostile.py",
     "gateway/test_remote_protocols.py", "gateway/test_structured_outputs.py",
     "gateway/test_limits.py", "gateway/test_background.py", "gateway/test_reasoning.py",

@@ -206,6 +206,10 @@ class RealtimeReplica(Replica):
             self._deliver(result)
             if self.on_step is not None:
                 self.on_step(self, result)
+            for seq in result.finished:  # it left the engine: see TokenStream.unlink
+                stream = seq.tag
+                if isinstance(stream, TokenStream):
+                    stream.unlink()
 
     async def _idle_with_work(self) -> None:
         """Nothing could be planned though requests wait: until a wake-up (new work, a

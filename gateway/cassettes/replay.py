@@ -95,8 +95,7 @@ class ReplayAdmission:
             created=tr.created if isinstance(tr.created, int) else int(time.time()),
             principal=decision.principal, network_s=network_time.get(),
             headers={**ticket.headers, CASSETTE_HEADER: rec.where}, recording=rec)
-        stream.tag = job
-        return job
+        return job  # (its stream's tag stays None: no engine's metrics read it)
 
     def _modeled(self, ticket: Ticket, rec: Recording, tier: Tier) -> Job:
         """The recorded reply on ``tier``'s engine: paced and priced there."""

@@ -152,7 +152,7 @@ class Encoder(ABC):
             index, t0 = buf.index, buf.tok0
             f0, f1 = index[start - t0], index[stop - t0]
         else:
-            f0, f1 = buf.span(start, stop)
+            f0, f1 = buf.span(self, start, stop)
         wire = buf.wire
         return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
 
@@ -171,7 +171,7 @@ class Encoder(ABC):
             index, t0 = buf.index, buf.tok0
             f0, f1 = index[start - t0], index[stop - t0]
         else:
-            f0, f1 = buf.span(start, stop)
+            f0, f1 = buf.span(self, start, stop)
         return buf.wire[f0:f1]
 
     def frame_tokens(self, start: int, count: int) -> Frames:
@@ -180,7 +180,7 @@ class Encoder(ABC):
         buf = buffered(self)
         if buf is None:
             return self.tokens(start, count)
-        f0, f1 = buf.span(start, start + count)
+        f0, f1 = buf.span(self, start, start + count)
         return buf.frames[f0:f1]
 
 

@@ -136,13 +136,16 @@ def grouped(pieces: Sequence[Piece], start: int, stop: int, interval: int,
 
 
 class EventBuffer:
-    """The events of one reply's tokens, encoded ``AHEAD`` tokens at a time; see the module."""
+    """The events of one reply's tokens, encoded ``AHEAD`` tokens at a time; see the module.
 
-    __slots__ = ("enc", "total", "encoded", "served", "tok0", "frames", "wire", "index",
+    Its encoder holds it and hands itself to each call that encodes (``span``): the buffer
+    keeps no reference back, so the two are not a reference cycle and are freed with the turn
+    by reference counting, not left to the cyclic collector (every request would feed it)."""
+
+    __slots__ = ("total", "encoded", "served", "tok0", "frames", "wire", "index",
                  "mode", "per_token", "ahead")
 
     def __init__(self, enc: Encoder, total: int) -> None:
-        self.enc = enc
         self.total = total
         self.encoded = 0  # tokens whose events were made (sent or in the buffer)
         self.served = 0  # tokens whose events were handed to the transport
@@ -159,17 +162,18 @@ class EventBuffer:
         self.per_token: bool | None = None if type(enc) not in _RECORDS else not _RECORDS[
             type(enc)]
 
-    def span(self, start: int, stop: int) -> tuple[int, int]:
-        """Frame positions of tokens ``start .. stop``; tokens are asked for in order."""
+    def span(self, enc: Encoder, start: int, stop: int) -> tuple[int, int]:
+        """Frame positions of tokens ``start .. stop`` (encoded by ``enc``, the encoder that
+        holds this buffer); tokens are asked for in order."""
         if start < self.tok0 or start > self.encoded:
             raise RuntimeError("token events must be asked for in order")
         if stop > self.encoded:
-            self._refill(start, stop)
+            self._refill(enc, start, stop)
         self.served = stop
         t0, index = self.tok0, self.index
         return index[start - t0], index[stop - t0]
 
-    def _refill(self, start: int, stop: int) -> None:
+    def _refill(self, enc: Encoder, start: int, stop: int) -> None:
         if start > self.tok0:  # drop what was sent
             f = self.index[start - self.tok0]
             del self.frames[:f]
@@ -180,24 +184,23 @@ class EventBuffer:
         b = min(self.total, max(stop, a + self.ahead))
         base = len(self.frames)
         if self.per_token is None:
-            new, pos = self._probe(a, b)
+            new, pos = self._probe(enc, a, b)
         elif self.per_token:
-            new, pos = self._one_by_one(a, b)
+            new, pos = self._one_by_one(enc, a, b)
         else:
-            new, pos = self._run(a, b)
+            new, pos = self._run(enc, a, b)
         self.frames += new
         if self.mode is not None:
-            self.wire += self.enc.framed(new) if self.mode == "sse" else texts(new)
+            self.wire += enc.framed(new) if self.mode == "sse" else texts(new)
         index = self.index
         index.pop()  # token a's entry is recomputed (it is `base`)
         index += [base + p for p in pos]
         index.append(base + len(new))
         self.encoded = b
 
-    def _run(self, a: int, b: int) -> tuple[Frames, list[int]]:
+    def _run(self, enc: Encoder, a: int, b: int) -> tuple[Frames, list[int]]:
         """One ``tokens`` call for the run; token t's events begin at the first event recorded
         for a token >= t (token a: at the run's start, with anything made before the loop)."""
-        enc = self.enc
         marks: list[tuple[int, int]] = []
         enc.marks = marks
         try:
@@ -216,12 +219,11 @@ class EventBuffer:
         pos += [len(new)] * (b - 1 - prev)  # after the last mark: with the run's last events
         return new, pos
 
-    def _probe(self, a: int, b: int) -> tuple[Frames, list[int]]:
+    def _probe(self, enc: Encoder, a: int, b: int) -> tuple[Frames, list[int]]:
         """Token by token until one makes events: then it is known whether the encoder's
         ``tokens`` records marks (loops on ``pieces``); if not, it stays token by token."""
         new: Frames = []
         pos = []
-        enc = self.enc
         for t in range(a, b):
             pos.append(len(new))
             if self.per_token is None:
@@ -238,12 +240,12 @@ class EventBuffer:
             new += got
         return new, pos
 
-    def _one_by_one(self, a: int, b: int) -> tuple[Frames, list[int]]:
+    def _one_by_one(self, enc: Encoder, a: int, b: int) -> tuple[Frames, list[int]]:
         new: Frames = []
         pos = []
         for t in range(a, b):
             pos.append(len(new))
-            new += self.enc.tokens(t, 1)
+            new += enc.tokens(t, 1)
         return new, pos
 
 
