@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import operator
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,7 @@ CREATE TABLE IF NOT EXISTS settings (
     PRIMARY KEY (namespace, scope, name)
 );
 """
+_row_values = operator.attrgetter(*_ROW_FIELDS)  # a row's values in column order (one C call)
 _INSERT = (f"INSERT INTO usage ({', '.join(_ROW_FIELDS)}) "
            f"VALUES ({', '.join('?' * len(_ROW_FIELDS))})")
 _SUMS = ("COUNT(*), SUM(input_tokens), SUM(cached_input_tokens), SUM(output_tokens), "
@@ -166,8 +168,7 @@ class SQLiteState(StateBackend):
         db.execute("BEGIN")
         try:
             if rows:
-                db.executemany(_INSERT, [tuple(getattr(r, f) for f in _ROW_FIELDS)
-                                         for r in rows])
+                db.executemany(_INSERT, map(_row_values, rows))
             if responses:
                 now = time.time()
                 db.executemany(
