@@ -292,3 +292,33 @@ async def test_cancel_wakes_a_waiting_reader(spec: EngineSpec):
         assert reader.done() and sum(got) < 10_000
     finally:
         await rt.stop()
+
+
+async def test_a_request_that_left_the_engine_is_unlinked(spec: EngineSpec):
+    """Finished (after its last step was reported) or cancelled, a request's sequence drops
+    its tag (the stream) and the stream the caller's: no reference cycle is left for the
+    cyclic collector (TokenStream.unlink). The engine-side metrics still read the caller's tag
+    in the step that finished it (``on_step`` runs before the unlinking)."""
+    dep = dataclasses.replace(spec.deployments["spark"], replicas=1)
+    seen: list[object] = []
+
+    def on_step(replica: RealtimeReplica, result) -> None:
+        seen.extend(seq.tag.tag for seq in result.finished)
+
+    rt = Pool(dep, on_step)
+    rt.start()
+    try:
+        done = rt.submit(100, 20)
+        done.tag = caller = object()
+        assert sum([n async for n in done]) == 20
+        await until(lambda: done.seq.tag is None)
+        assert done.tag is None and seen == [caller]
+        left = rt.submit(100, 10_000)
+        left.tag = object()
+        async for _ in left:
+            break
+        assert left.seq.tag is left  # still in the engine
+        await left.aclose()  # the reader leaves: the request is cancelled
+        assert left.seq.tag is None and left.tag is None
+    finally:
+        await rt.stop()
