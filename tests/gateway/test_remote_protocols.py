@@ -10,6 +10,7 @@ behind spark), driven with the official openai and anthropic SDKs.
 from __future__ import annotations
 
 import asyncio
+
 import anthropic
 import openai
 import pytest
