@@ -40,6 +40,10 @@ class UpstreamSeq:
         self.finished_at = -1.0
 
 
+def _ended(outcome: str, exc: UpstreamError | None) -> None:
+    """What a stream's ``on_end`` becomes once it ran (it runs exactly once)."""
+
+
 class UpstreamStream(CountStream):
     """Token counts of an upstream's reply as it arrives; ``cancel`` closes the connection.
 
@@ -183,7 +187,8 @@ class UpstreamStream(CountStream):
         self._ended = True
         if self.response is not None:
             self.response.close()  # back to the pool if the message ended, else closed
-        self._on_end(outcome, exc)
+        on_end, self._on_end = self._on_end, _ended
+        on_end(outcome, exc)  # (dropped: it holds the job, which holds this stream: a cycle)
 
     def cancel(self) -> None:
         if self.seq.state not in (FINISHED, CANCELLED):

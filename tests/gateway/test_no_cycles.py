@@ -7,7 +7,8 @@ CPU and stalled the event loop for up to 50 ms (measured in stop 34: docs/stream
 objects of a finished turn must be freed by reference counting alone.
 
 Every protocol through a real uvicorn server and the official SDKs: Chat (streamed and not),
-Responses over SSE and over the websocket, Anthropic Messages, and a stream the client leaves.
+Responses over SSE and over the websocket, Anthropic Messages, and a stream the client leaves;
+and a remote tier's turns (its upstream stream held its ``on_end``, which held the job).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 import anthropic
 import openai
 import pytest
-from test_remote import serve
+from test_remote import aclient, serve, topo  # noqa: F401 - topo: a fixture
 
 from gateway.app import create_app
 from gateway.config import Config, default_config_text
@@ -95,3 +96,19 @@ async def test_no_turn_leaves_a_cycle_on_any_protocol(new_garbage) -> None:
         await claude.close()
         found = new_garbage()
     assert ours_in(found) == Counter()
+
+
+async def test_no_remote_turn_leaves_a_cycle(topo, new_garbage) -> None:  # noqa: F811
+    client = aclient(topo["gw"])  # the fast tier: two scripted upstreams (test_remote)
+    msgs = [{"role": "user", "content": "hello"}]
+    await client.chat.completions.create(model="frontier", messages=msgs)
+    new_garbage()
+    for _ in range(3):
+        await client.chat.completions.create(model="frontier", messages=msgs)
+        stream = await client.chat.completions.create(model="frontier", messages=msgs,
+                                                      stream=True)
+        assert [c async for c in stream]
+        async with client.responses.stream(model="frontier", input="hello") as events:
+            assert [e.type async for e in events][-1] == "response.completed"
+    await asyncio.sleep(0.2)
+    assert ours_in(new_garbage()) == Counter()
