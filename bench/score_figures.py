@@ -8,10 +8,10 @@ run. A hypothesis ("the grouped GEMMs are slower", "the KV cache is bf16") is th
 changing one term or one condition and printing the same figures again, the fit untouched
 (docs/calibration.md, "Issue 24: the v1.2 MoE rows, diagnosed").
 
-    python bench/score_figures.py --source trtllm-perf-overview-v12
-    python bench/score_figures.py --match qwen3 --set hw.expert_compute_efficiency=0.5
-    python bench/score_figures.py --source trtllm-perf-overview-v12 --set fig.kv_precision=bf16
-    python bench/score_figures.py --extra figs.toml --breakdown   # figures not in the set
+    python -m bench.score_figures --source trtllm-perf-overview-v12
+    python -m bench.score_figures --match qwen3 --set hw.expert_compute_efficiency=0.5
+    python -m bench.score_figures --source trtllm-perf-overview-v12 --set fig.kv_precision=bf16
+    python -m bench.score_figures --extra figs.toml --breakdown   # figures not in the set
 
 ``--set`` takes ``hw.FIELD=V`` (every hardware profile, after the engine's terms are applied),
 ``engine.FIELD=V`` (every engine profile) or ``fig.FIELD=V`` (the chosen figures'
@@ -23,19 +23,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from backends.calibrate import figures as figmod  # noqa: E402
-from backends.calibrate.engines import Engines, load_engines  # noqa: E402
-from backends.calibrate.figures import Figure, load_figures, load_published  # noqa: E402
-from backends.calibrate.scope import is_fitted  # noqa: E402
-from backends.perf import Placement  # noqa: E402
-from backends.profiles import Catalog, ProfileError  # noqa: E402
+from backends.calibrate import figures as figmod
+from backends.calibrate.engines import Engines, load_engines
+from backends.calibrate.figures import Figure, load_figures, load_published
+from backends.calibrate.scope import is_fitted
+from backends.perf import Placement
+from backends.profiles import Catalog, ProfileError
 
 
 def _value(text: str) -> Any:
@@ -64,18 +62,22 @@ def chosen(figs: Sequence[Figure], sources: Sequence[str], match: Sequence[str])
             if (not sources or f.source in sources) and all(m in f.id for m in match)]
 
 
-def with_hw_overrides(hw_sets: dict[str, Any]) -> None:
+@contextmanager
+def hw_overrides(hw_sets: dict[str, Any]) -> Iterator[None]:
     """Apply ``hw.*`` overrides to every placement the figures module builds (after the
-    engine's terms, so they win over both)."""
-    if not hw_sets:
-        return
+    engine's terms, so they win over both), and restore it afterwards."""
     original = figmod.placement
 
     def patched(fig: Figure, catalog: Catalog, engines: Engines | None = None) -> Placement:
         p = original(fig, catalog, engines)
         return dataclasses.replace(p, hardware=dataclasses.replace(p.hardware, **hw_sets))
 
-    figmod.placement = patched  # type: ignore[assignment]
+    if hw_sets:
+        figmod.placement = patched
+    try:
+        yield
+    finally:
+        figmod.placement = original
 
 
 def breakdown(fig: Figure, catalog: Catalog, engines: Engines) -> str:
@@ -117,11 +119,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("no figure chosen")
     catalog = Catalog.builtin()
     engines = {n: dataclasses.replace(e, **sets["engine"]) for n, e in load_engines().items()}
-    with_hw_overrides(sets["hw"])
+    with hw_overrides(sets["hw"]):
+        errors = score(figs, catalog, engines, sets["fig"], args.breakdown)
+    if errors:
+        print(f"{len(errors)} figures: median |error| "
+              f"{100 * statistics.median(abs(e) for e in errors):.1f}%, signed median "
+              f"{100 * statistics.median(errors):+.1f}%")
+    return 0
+
+
+def score(figs: Sequence[Figure], catalog: Catalog, engines: Engines,
+          fig_sets: dict[str, Any], show_breakdown: bool) -> list[float]:
+    """Print each figure's measured, predicted and error (and the model's account of it);
+    return the errors of the figures predicted."""
     errors = []
     print(f"{'measured':>10} {'predicted':>10} {'error':>7}  figure (* scored, not fitted)")
     for f in figs:
-        f = dataclasses.replace(f, **sets["fig"])
+        f = dataclasses.replace(f, **fig_sets)
         try:
             pred = figmod.predict_figure(f, catalog, engines)
         except ProfileError as exc:
@@ -134,13 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors.append(err)
         mark = "" if is_fitted(f, catalog) else " *"
         print(f"{f.value:10.4g} {pred:10.4g} {100 * err:+6.1f}%  {f.id}{mark}")
-        if args.breakdown:
+        if show_breakdown:
             print(breakdown(f, catalog, engines))
-    if errors:
-        print(f"{len(errors)} figures: median |error| "
-              f"{100 * statistics.median(abs(e) for e in errors):.1f}%, signed median "
-              f"{100 * statistics.median(errors):+.1f}%")
-    return 0
+    return errors
 
 
 if __name__ == "__main__":
