@@ -134,8 +134,11 @@ async def serve(app, ws: str = "none"):
 
 
 def remote_config(fast: list[str], spark: list[str], **remote) -> Config:
+    """Checks every 0.1 s; a check that takes 5 s fails (the fakes answer at once, refused
+    connections fail at once: a short timeout only took a live fake out of rotation when a
+    loaded CI machine was slow to run it, which broke tests that expect both in rotation)."""
     raw = tomllib.loads(default_config_text())
-    raw["remote"] = {"health_interval_s": 0.1, "health_timeout_s": 0.5,
+    raw["remote"] = {"health_interval_s": 0.1, "health_timeout_s": 5.0,
                      "tiers": {"fast": {"upstreams": fast}, "spark": {"upstreams": spark}},
                      **remote}
     return Config.model_validate(raw)
