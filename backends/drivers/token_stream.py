@@ -287,8 +287,9 @@ class TokenStream(CountStream):
         the sequence's tag (this stream) and this stream's (the caller's) are dropped. Linked
         both ways (the sequence's tag is the stream, which holds the sequence and the caller's
         tag, which holds the stream), the reader's objects would be garbage only the cyclic
-        collector finds, one cycle per request: its collections cost ~10% of a short
-        request's CPU and stalled the loop up to 50 ms (tests/gateway/test_no_cycles.py).
+        collector finds, one cycle per request: its collections took 41-50 us of a short
+        request's ~300 us of CPU in process and held the loop up to 12 ms (docs/streaming.md,
+        "A fifth look"; tests/gateway/test_no_cycles.py).
         Unlinked, they are freed by reference counting when the reader is done with them.
         Nothing reads either tag after the request left: the step's ``on_step`` reads them
         before."""
