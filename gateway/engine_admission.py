@@ -10,7 +10,6 @@ refusal means for the request's role is the shared front's decision, not this mo
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -133,7 +132,7 @@ class EngineAdmission:
         # reasoning may use the rest of the context window (as providers' defaults allow)
         room = 0 if request.max_tokens is not None else max(
             0, tier.context_window - request.prompt_tokens - cap)
-        req = dataclasses.replace(r, max_tokens=cap, model=request.model, reasoning_room=room)
+        req = r.capped(cap, request.model, room)
         gen = generate(req, tier.quality, self.spec.scripts, tier.behavior)
         if gen.output_tokens == 0:  # e.g. a stop sequence at the very start: one empty token
             gen = Generation((), "", (), gen.finish_reason)

@@ -7,13 +7,15 @@ pays nothing for them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from backends.scheduler import Scheduler
+
+from .tier_metrics import Family, TierFamilies
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
@@ -24,19 +26,16 @@ class Metrics:
     def __init__(self, replicas: Callable[[], Iterable[tuple[str, str, Scheduler]]]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "fastmode_requests", "Requests by tier and HTTP status", ["tier", "status"], registry=r
-        )
-        self.prompt_tokens = Counter(
-            "fastmode_prompt_tokens", "Prompt tokens billed, by tier", ["tier"], registry=r
-        )
-        self.cached_tokens = Counter(
-            "fastmode_cached_prompt_tokens", "Cached prompt tokens, by tier", ["tier"], registry=r
-        )
-        self.output_tokens = Counter(
-            "fastmode_output_tokens", "Output tokens billed, by tier", ["tier"], registry=r
-        )
-        self.cost = Counter("fastmode_cost_usd", "Dollars billed, by tier", ["tier"], registry=r)
+        # the per-request families, as plain numbers until a scrape (gateway.tier_metrics)
+        self.tiers = TierFamilies(LATENCY_BUCKETS)
+        r.register(self.tiers)
+        self.requests = Family(self.tiers, "fastmode_requests")
+        self.prompt_tokens = Family(self.tiers, "fastmode_prompt_tokens")
+        self.cached_tokens = Family(self.tiers, "fastmode_cached_prompt_tokens")
+        self.output_tokens = Family(self.tiers, "fastmode_output_tokens")
+        self.cost = Family(self.tiers, "fastmode_cost_usd")
+        self.ttft = Family(self.tiers, "fastmode_ttft_seconds")
+        self.itl = Family(self.tiers, "fastmode_itl_seconds")
         self.downgrades = Counter(
             "fastmode_downgrades", "Fast requests served by another tier", ["to"], registry=r
         )
@@ -55,17 +54,7 @@ class Metrics:
             "fastmode_rejections", "Requests refused before any work, by reason",
             ["reason", "tier"], registry=r,
         )
-        self.ttft = Histogram(
-            "fastmode_ttft_seconds", "Modeled time to first token", ["tier"],
-            buckets=LATENCY_BUCKETS, registry=r,
-        )
-        self.itl = Histogram(
-            "fastmode_itl_seconds", "Modeled mean inter-token latency, one sample per request",
-            ["tier"], buckets=LATENCY_BUCKETS, registry=r,
-        )
         r.register(_ReplicaCollector(replicas))
-        self._per_tier: dict[str, tuple[Any, ...]] = {}
-        self._requests: dict[tuple[str, int], Any] = {}
 
     def record(
         self,
@@ -78,28 +67,21 @@ class Metrics:
         ttft: float | None = None,
         itl: float | None = None,
     ) -> None:
-        counted = self._requests.get((tier, status))
-        if counted is None:  # a series looked up once (``labels`` locks and hashes)
-            counted = self._requests[(tier, status)] = self.requests.labels(tier, str(status))
-        counted.inc()
-        per = self._per_tier.get(tier)
-        if per is None:  # a tier's series, looked up once (``labels`` locks and hashes)
-            per = self._per_tier[tier] = (
-                self.prompt_tokens.labels(tier), self.cached_tokens.labels(tier),
-                self.output_tokens.labels(tier), self.cost.labels(tier),
-                self.ttft.labels(tier), self.itl.labels(tier))
-        if prompt:
-            per[0].inc(prompt)
-        if cached:
-            per[1].inc(cached)
-        if output:
-            per[2].inc(output)
-        if cost:
-            per[3].inc(cost)
+        s = self.tiers.stats(tier)
+        requests = s.requests
+        if status in requests:
+            requests[status] += 1
+        else:
+            requests[status] = 1
+            s.since[status] = time.time()
+        s.prompt += prompt
+        s.cached += cached
+        s.output += output
+        s.cost += cost
         if ttft is not None:
-            per[4].observe(ttft)
+            s.ttft.observe(ttft)
         if itl is not None:
-            per[5].observe(itl)
+            s.itl.observe(itl)
 
 
 class _Gauge:

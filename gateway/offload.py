@@ -98,12 +98,14 @@ def parse_frame(text: str, limits: LimitsConfig) -> Any:
 
 def validated(protocol: Protocol, raw: bytes, limits: LimitsConfig) -> Any:
     """The raw body parsed, bounds-checked and validated: the protocol's request model."""
-    return checked(protocol, parse_body(raw, limits), limits)
+    return checked(protocol, parse_body(raw, limits), limits, raw)
 
 
-def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig) -> Any:
-    """A parsed body bounds-checked (``gateway.limits``) and validated."""
-    check_request(protocol.name, body, limits)
+def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig,
+            raw: bytes | None = None) -> Any:
+    """A parsed body (from ``raw``, if given) bounds-checked (``gateway.limits``) and
+    validated."""
+    check_request(protocol.name, body, limits, raw)
     return protocol.validate(body)
 
 

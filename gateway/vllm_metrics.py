@@ -37,6 +37,8 @@ from prometheus_client.core import (
 from backends.drivers import RealtimeReplica
 from backends.scheduler import Scheduler, StepResult
 
+from .tier_metrics import Hist
+
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so that dashboards' quantiles read the same
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -46,28 +48,6 @@ REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.
                    60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 BLOCK_SIZE = 16  # vLLM's default KV block size, in tokens
 FINISHED_REASONS = ("stop", "length")  # aborted requests are not counted (no event)
-
-
-class _Hist:
-    """A cumulative histogram that takes weighted observations (a step's decoders at once)."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)
-        self.sum = 0.0
-
-    def observe(self, value: float, n: int = 1) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += n
-        self.sum += value * n
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out, acc = [], 0
-        for bound, c in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            acc += c
-            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(acc)))
-        return out
 
 
 class _Engine:
@@ -81,13 +61,13 @@ class _Engine:
         self.cache_queries = 0
         self.cache_hits = 0
         self.success = dict.fromkeys(FINISHED_REASONS, 0)
-        self.ttft = _Hist(TTFT_BUCKETS)
-        self.itl = _Hist(ITL_BUCKETS)
-        self.e2e = _Hist(REQUEST_BUCKETS)
-        self.queue = _Hist(REQUEST_BUCKETS)
-        self.prefill = _Hist(REQUEST_BUCKETS)
-        self.decode = _Hist(REQUEST_BUCKETS)
-        self.inference = _Hist(REQUEST_BUCKETS)
+        self.ttft = Hist(TTFT_BUCKETS)
+        self.itl = Hist(ITL_BUCKETS)
+        self.e2e = Hist(REQUEST_BUCKETS)
+        self.queue = Hist(REQUEST_BUCKETS)
+        self.prefill = Hist(REQUEST_BUCKETS)
+        self.decode = Hist(REQUEST_BUCKETS)
+        self.inference = Hist(REQUEST_BUCKETS)
 
     def stepped(self, result: StepResult) -> None:
         if result.decode_tokens:
@@ -98,14 +78,22 @@ class _Engine:
             self.cache_queries += seq.prompt_tokens
             self.cache_hits += seq.cached_tokens
             self.ttft.observe(seq.first_token_at - seq.arrival)
-        for seq in result.finished:
+        if result.finished:
+            self._finished(result.finished)
+
+    def _finished(self, seqs: list[Any]) -> None:
+        """A request's e2e / queue / prefill / decode / inference times: the five histograms
+        share vLLM's request buckets, so each value is one bisect and no call."""
+        at, bounds = bisect.bisect_left, REQUEST_BUCKETS
+        hists = (self.e2e, self.queue, self.prefill, self.decode, self.inference)
+        for seq in seqs:
             self.success[_reason(seq)] += 1
-            admitted = seq.admitted_at if seq.admitted_at >= 0 else seq.arrival
-            self.e2e.observe(seq.finished_at - seq.arrival)
-            self.queue.observe(admitted - seq.arrival)
-            self.prefill.observe(seq.first_token_at - admitted)
-            self.decode.observe(seq.finished_at - seq.first_token_at)
-            self.inference.observe(seq.finished_at - admitted)
+            arrival, first, end = seq.arrival, seq.first_token_at, seq.finished_at
+            admitted = seq.admitted_at if seq.admitted_at >= 0 else arrival
+            for h, v in zip(hists, (end - arrival, admitted - arrival, first - admitted,
+                                    end - first, end - admitted), strict=True):
+                h.counts[at(bounds, v)] += 1
+                h.sum += v
 
 
 def _reason(seq: Any) -> str:
@@ -200,7 +188,7 @@ class VllmMetrics:
             for reason, n in e.success.items():
                 success.add_metric([*lab, reason], n)
             for key, fam in families.items():
-                h: _Hist = getattr(e, key)
+                h: Hist = getattr(e, key)
                 fam.add_metric(lab, h.buckets(), h.sum)
         yield from (running, waiting, kv, info, prompt, gen, queries, hits, success)
         yield from families.values()

@@ -93,6 +93,14 @@ class GenerationRequest:
     # own: the server's default caps the visible reply, the context window the reasoning)
     reasoning_room: int = 0
 
+    def capped(self, max_tokens: int, model: str, reasoning_room: int) -> GenerationRequest:
+        """This request with its cap, model and reasoning room set: ``dataclasses.replace``
+        without its walk of the fields (~2 us, on every request)."""
+        return GenerationRequest(
+            self.messages, max_tokens, self.stop, self.seed, self.temperature, self.tools,
+            self.tool_choice, self.ignore_eos, model, self.response_format, self.effort,
+            self.thinking_budget, self.summary, self.parallel_tool_calls, reasoning_room)
+
 
 @dataclass(frozen=True, slots=True)
 class Piece:

@@ -107,3 +107,22 @@ def test_a_cap_cuts_parallel_calls() -> None:
     capped = calls(seed, max_tokens=first + 2)
     assert capped.finish_reason == "length" and capped.output_tokens == first + 2
     assert len(capped.tool_calls) == 2
+
+
+def test_capped_is_replace_of_the_three_fields() -> None:
+    """``GenerationRequest.capped`` lists the fields by hand (it runs on every request): it must
+    keep every other field, including any added later."""
+    import dataclasses
+
+    from backends.mockmodel.request import GenerationRequest, ResponseFormat, ToolSpec
+
+    values: dict[str, object] = {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7, "stop": ("x",),
+        "seed": 3, "temperature": 0.5, "tools": (ToolSpec("f"),), "tool_choice": "f",
+        "ignore_eos": True, "model": "m", "response_format": ResponseFormat("json_object"),
+        "effort": "high", "thinking_budget": 99, "summary": "auto",
+        "parallel_tool_calls": False, "reasoning_room": 5}
+    assert set(values) == {f.name for f in dataclasses.fields(GenerationRequest)}
+    r = GenerationRequest(**values)  # type: ignore[arg-type]
+    assert r.capped(11, "n", 13) == dataclasses.replace(r, max_tokens=11, model="n",
+                                                        reasoning_room=13)
