@@ -39,6 +39,7 @@ from .state import SHUTDOWN
 
 log = logging.getLogger("fastmode.shutdown")
 MARGIN_S = 5.0  # uvicorn's own graceful timeout: our grace period plus this
+GC_YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest generation (700)
 
 
 class Shutdown:
@@ -112,10 +113,17 @@ class GatewayServer(uvicorn.Server):
         """uvicorn's start-up, then the heap built so far (config, profiles, schemas, the
         FastAPI app: what lives as long as the process) moved out of the cyclic GC's reach
         (``gc.freeze``): each collection of the oldest generation would walk it again,
-        and a request allocates enough to set one off every few hundred requests."""
+        and a request allocates enough to set one off every few hundred requests. Then the
+        youngest generation is collected every ``GC_YOUNG_THRESHOLD`` allocations instead of
+        700: a finished request leaves no cycle (``tests/gateway/test_no_cycles.py``), so a
+        collection finds only the live objects of the requests in flight, and walking them 14
+        times less often saves ~29,000 instructions per short streamed request (of ~44,000
+        for the collector in all; callgrind, issue 21). A collection of 10,000 young objects
+        is ~0.2 ms: well inside the pacing tolerance."""
         await super().startup(sockets)
         gc.collect()
         gc.freeze()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         """uvicorn's shutdown begins by closing the listening sockets: a load balancer would

@@ -134,3 +134,27 @@ def test_a_streamed_reply_arrives_whole_through_the_direct_writes(live_server: s
     lines = asyncio.run(go())
     assert lines[-1] == "data: [DONE]"
     assert sum('"content":' in line for line in lines) >= 40  # the role chunk + 40 tokens
+
+
+def test_the_server_collects_young_objects_less_often(monkeypatch) -> None:
+    """After start-up the heap is frozen and the youngest generation is collected every
+    ``GC_YOUNG_THRESHOLD`` allocations (a finished request leaves no cycle to find)."""
+    import gc
+
+    import uvicorn
+
+    from gateway.shutdown import GC_YOUNG_THRESHOLD, GatewayServer
+
+    async def started(self: Any, sockets: Any = None) -> None:
+        return None
+
+    monkeypatch.setattr(uvicorn.Server, "startup", started)
+    before = gc.get_threshold()
+    server = GatewayServer(uvicorn.Config(app=lambda *a: None), None)  # type: ignore[arg-type]
+    try:
+        asyncio.run(server.startup())
+        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
