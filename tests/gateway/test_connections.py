@@ -9,6 +9,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -143,3 +144,55 @@ def test_a_closed_websocket_gives_its_place_back(server) -> None:
     finally:
         for s in held:
             s.close()
+
+
+def test_one_timer_sweeps_every_pending_head() -> None:
+    """Heads on the clock share one timer (not one per connection): each is answered once its
+    deadline has passed, within a quarter of the deadline after it, and the timer stops when
+    no head is pending. A loop whose clock the test moves."""
+    from gateway.connections import _Heads
+
+    class Loop:
+        def __init__(self) -> None:
+            self.now = 0.0
+            self.timers: list[tuple[float, Any]] = []
+
+        def time(self) -> float:
+            return self.now
+
+        def call_later(self, delay: float, fn: Any) -> object:
+            self.timers.append((self.now + delay, fn))
+            return object()
+
+        def run_until(self, t: float) -> None:
+            while self.timers and min(self.timers, key=lambda x: x[0])[0] <= t:
+                at, fn = min(self.timers, key=lambda x: x[0])
+                self.timers.remove((at, fn))
+                self.now = at
+                fn()
+            self.now = t
+
+    class Conn:
+        header_timeout_s = 1.0
+
+        def __init__(self, loop: Loop) -> None:
+            self.loop = loop
+            self.overdue_at: float | None = None
+
+        def _head_overdue(self) -> None:
+            self.overdue_at = self.loop.now
+
+    loop = Loop()
+    heads = _Heads(loop)
+    a, b, done = Conn(loop), Conn(loop), Conn(loop)
+    heads.arm(a)  # type: ignore[arg-type]
+    heads.arm(done)  # type: ignore[arg-type]
+    assert len(loop.timers) == 1  # one timer for both
+    loop.run_until(0.4)
+    heads.arm(b)  # type: ignore[arg-type]
+    heads.pending.pop(done)  # type: ignore[call-overload]  # its head completed in time
+    loop.run_until(3.0)
+    assert a.overdue_at is not None and 1.0 <= a.overdue_at <= 1.25
+    assert b.overdue_at is not None and 1.4 <= b.overdue_at <= 1.4 + 0.25
+    assert done.overdue_at is None
+    assert not loop.timers and heads.timer is None and not heads.pending  # idle: no timer
