@@ -294,6 +294,10 @@ class Placement:
         seqs = decode_seqs + (1 if prefill_tokens else 0)
         ranks = self.chips if self.attention_dp else 1
         t_overhead = hw.step_overhead_ms * 1e-3 + hw.seq_overhead_us * 1e-6 * seqs / ranks
+        # host work hidden under the GPU's step (an overlap scheduler prepares step n + 1 while
+        # step n runs): the step is max(GPU, host), a floor under the GPU's part
+        t_host = hw.hidden_seq_us * 1e-6 * seqs / ranks
+        t_floor = max(t_floor, t_host - t_comm - t_hops)
 
         roof = overlapped(t_weights, t_gemm, hw.roofline_overlap) + t_attn_dec + t_attn_pre
         core = max(roof, t_floor)
@@ -314,7 +318,7 @@ class Placement:
                 "compute_s": t_gemm,
                 "attention_s": t_attn_dec + t_attn_pre,
                 "kv_s": kv_read_dec + kv_read_pre,
-                "layer_floor_s": t_floor,
+                "layer_floor_s": t_floor,  # the layers' latency floor, or the hidden host's
                 "comm_s": t_comm,
                 "hops_s": t_hops,
                 "overhead_s": t_overhead,

@@ -86,6 +86,9 @@ class HardwareProfile:
     # host work per sequence of a step (scheduling, sampling, detokenising, bookkeeping in the
     # engine's Python loop), on top of step_overhead_ms; an engine term like it
     seq_overhead_us: float = 0.0
+    # host work per sequence that an overlap scheduler runs under the GPU's step: the step is
+    # at least this x sequences per attention-DP rank (an engine term, engines.toml); 0 = none
+    hidden_seq_us: float = 0.0
     # achieved fraction of the fp4 peak by fp4 GEMMs; None = the same as mfu_fp8
     mfu_fp4: float | None = None
     # GEMM efficiency by size: a GEMM over T rows reaches mfu * T / (T + gemm_half_tokens) of
@@ -118,6 +121,10 @@ class HardwareProfile:
     # chips joined by the scale-up fabric (NVLink / Infinity Fabric): 8 in an HGX / OAM board,
     # 72 in a GB200 / GB300 NVL72 rack; a tensor- or expert-parallel group beyond it talks over
     # the scale-out network (scale_out_gbs per chip and direction, scale_out_latency_us)
+    # share of interconnect_gbs a tensor-parallel collective's bus bandwidth reaches: NCCL's
+    # protocol overhead on NVLink (the all-reduce's latency is interconnect_latency_us); 1 = the
+    # line rate
+    allreduce_bus_share: float = 1.0
     scale_up_domain: int = 8
     scale_out_gbs: float = 50.0  # 400 Gb/s InfiniBand / RoCE NIC per GPU
     scale_out_latency_us: float = 60.0
@@ -348,6 +355,8 @@ def _build(cls: type, name: str, raw: dict[str, Any]) -> Any:
         v = getattr(obj, f.name)
         if isinstance(v, int | float) and not isinstance(v, bool) and v < 0:
             raise ProfileError(f"{cls.__name__} {name!r}: {f.name} must be >= 0, got {v}")
+    if isinstance(obj, HardwareProfile) and not obj.allreduce_bus_share > 0:
+        raise ProfileError(f"hardware {name!r}: allreduce_bus_share must be > 0")
     return obj
 
 

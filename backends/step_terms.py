@@ -110,7 +110,8 @@ def comm_seconds(p: Placement, tokens: int) -> tuple[float, float]:
     """(tensor-parallel collectives, layer-sharding hops) of a step of ``tokens`` tokens.
 
     Tensor parallelism: two all-reduces per layer (after attention, after the FFN), each
-    2(N-1)/N of the message over a link plus a fixed latency; with attention data
+    2(N-1)/N of the message over a link at the bus bandwidth a collective reaches on it
+    (``allreduce_bus_share`` of the line rate) plus a fixed latency; with attention data
     parallelism one all-gather and one reduce-scatter around the FFN (the same bytes as
     one all-reduce, two latencies). A group larger than the scale-up domain goes over the
     scale-out network."""
@@ -125,7 +126,8 @@ def comm_seconds(p: Placement, tokens: int) -> tuple[float, float]:
     if c > hw.scale_up_domain:
         link, alpha = hw.scale_out_gbs * 1e9, hw.scale_out_latency_us * 1e-6
     else:
-        link, alpha = hw.interconnect_gbs * 1e9, hw.interconnect_latency_us * 1e-6
+        link = hw.interconnect_gbs * hw.allreduce_bus_share * 1e9
+        alpha = hw.interconnect_latency_us * 1e-6
     data = 2 * (c - 1) / c * msg / link
     per_layer = data + 2 * alpha if p.attention_dp else 2 * (data + alpha)
     return m.layers * per_layer, 0.0

@@ -51,6 +51,9 @@ class EngineProfile:
     bandwidth_scale: float = 1.0  # its kernels' share of the chip's bandwidth, vs the pooled fit
     compute_scale: float = 1.0  # its GEMM and attention kernels' share of the FLOP/s, likewise
     seq_overhead_us: float = 2.0  # host work per sequence of a step
+    # host work per sequence hidden under the GPU's step by an overlap scheduler, by the
+    # hardware (its system's CPU) it was measured on; not fitted (engines.toml: its source)
+    hidden_seq_us: Mapping[str, float] = field(default_factory=dict)
     # its API server's time to the first token, on top of request_overhead_ms (a figure
     # measured through a server, harness.py); 0: a profile that does not split them
     serving_overhead_ms: float = 0.0
@@ -83,6 +86,7 @@ class EngineProfile:
             hw, request_overhead_ms=self.first_token_overhead_ms(server),
             request_us_per_prompt_token=self.serving_us_per_token if server else 0.0,
             step_overhead_ms=self.step_overhead_ms, seq_overhead_us=self.seq_overhead_us,
+            hidden_seq_us=self.hidden_seq_us.get(hw.name, 0.0),
             mbu=min(1.0, hw.mbu * bw),
             mbu_kv=min(1.0, hw.kv_bandwidth_efficiency * bw), mfu=min(1.0, hw.mfu * fl),
             mfu_fp8=min(1.0, hw.gemm_efficiency("fp8") * fl),

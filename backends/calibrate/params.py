@@ -37,6 +37,10 @@ PARAMS: dict[str, Param] = {p.name: p for p in (
     Param("step_overhead_ms", 0.02, 15.0, 1.0),
     Param("layer_latency_us", 0.5, 80.0, 0.7),
     Param("interconnect_latency_us", 0.5, 100.0, 0.7),
+    # the collectives' bus bandwidth as a share of the link's line rate: one sigma spans
+    # ~0.67-1.0, the busbw NCCL's all-reduce reaches on 8 x H100 at decode-step sizes (ring,
+    # NVLS) in the sources cited at NVLINK_BUS_SHARE
+    Param("allreduce_bus_share", 0.3, 1.1, 0.2),
     Param("gemm_min_tokens", 1.0, 1024.0, 1.0),
     Param("roofline_overlap", 0.0, 1.0, 1.0, offset=0.1),
     Param("request_overhead_ms", 0.0, 200.0, 1.5, offset=2.0),
@@ -83,7 +87,7 @@ SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_
 EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4", "step_overhead_ms")
 CHIP_EFFICIENCIES = ("mbu", "mbu_kv", "mfu", "mfu_fp8", "mfu_fp4")
 # Properties of the chip and its interconnect: fitted per hardware, pulled to the hand prior.
-CHIP = ("layer_latency_us", "interconnect_latency_us")
+CHIP = ("layer_latency_us", "interconnect_latency_us", "allreduce_bus_share")
 FIT_PARAMS: tuple[str, ...] = EFFICIENCIES + CHIP + SHARED
 
 # The hand-set estimates every fit starts from and is pulled towards: the values of
@@ -118,6 +122,14 @@ W4A16_PRIOR = 0.26
 # (Qwen3-30B) between; mock tokens read up to 2.35x the real-text Gini. 0.30 is the low end
 # of the mock-token band; uniform routing (cv2 = 0, Gini 0) was the model before.
 EXPERT_LOAD_CV2_PRIOR = 0.3
+# NCCL's collectives on NVLink reach ~370 GB/s of NVLink 4's 450 GB/s line rate on 8 x H100:
+# "With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s"
+# (S. Jeaugey, NVIDIA, NVIDIA/nccl-tests issue #212); the same library and protocols on every
+# NVLink generation. At a decode step's sizes, torch.distributed's NCCL all-reduce on 8 x H100
+# took 59 / 91 / 136 us at 4 / 8 / 16 MB (ByteDance-Seed/Triton-distributed issue #57): a
+# latency of ~45 us and a busbw of 290-325 GB/s from the slope, 0.64-0.72 of the line rate.
+# AMD's Infinity Fabric (RCCL): no measurement read, the line rate as before.
+NVLINK_BUS_SHARE = 370.0 / 450.0
 _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_overhead_ms": 5.0,
                  "gemm_half_tokens": 128.0, "attention_half_tokens": 1024.0,
                  "expert_read_efficiency": 1.0, "expert_compute_efficiency": 1.0,
@@ -127,10 +139,11 @@ _SHARED_PRIOR = {"gemm_min_tokens": 64.0, "roofline_overlap": 1.0, "request_over
 
 
 def _gpu(mbu: float, mfu: float, layer_us: float, allreduce_us: float,
-         step_ms: float = 1.0) -> dict[str, float]:
+         step_ms: float = 1.0, bus_share: float = NVLINK_BUS_SHARE) -> dict[str, float]:
     return {"mbu": mbu, "mbu_kv": mbu, "mfu": mfu, "mfu_fp8": mfu, "mfu_fp4": mfu,
             "step_overhead_ms": step_ms, "layer_latency_us": layer_us,
-            "interconnect_latency_us": allreduce_us, **_SHARED_PRIOR}
+            "interconnect_latency_us": allreduce_us, "allreduce_bus_share": bus_share,
+            **_SHARED_PRIOR}
 
 
 PRIORS: dict[str, dict[str, float]] = {
@@ -148,14 +161,14 @@ PRIORS: dict[str, dict[str, float]] = {
     # than CUDA's on Hopper (AMD's own MI300X tuning guides: "Best practices for competitive
     # inference optimization on AMD Instinct MI300X", ROCm blog); all-reduce over the
     # Infinity Fabric mesh ~30 us (RCCL / custom all-reduce); estimates
-    "mi300x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
-    "mi325x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3),
-    "mi355x": _gpu(0.6, 0.4, 7.0, 25.0, 1.3),
+    "mi300x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3, 1.0),
+    "mi325x": _gpu(0.6, 0.45, 8.0, 30.0, 1.3, 1.0),
+    "mi355x": _gpu(0.6, 0.4, 7.0, 25.0, 1.3, 1.0),
     # a wafer's dataflow has no kernels to launch: its per-layer pipeline latency is
     # layer_latency_us whatever the layer holds, and no GEMM ramps up by size
     "wse-3": {"mbu": 0.5, "mbu_kv": 0.5, "mfu": 0.3, "mfu_fp8": 0.3, "mfu_fp4": 0.3,
               "step_overhead_ms": 0.1, "layer_latency_us": 20.0,
-              "interconnect_latency_us": 15.0,
+              "interconnect_latency_us": 15.0, "allreduce_bus_share": 1.0,
               **{**_SHARED_PRIOR, "gemm_half_tokens": 0.0, "attention_half_tokens": 0.0,
                  "moe_layer_latency_us": 0.0, "mla_layer_latency_us": 0.0}},
 }
@@ -189,5 +202,5 @@ PRIOR_WEIGHT = 0.02  # a parameter one sigma from its prior costs as much as ~2 
 
 
 __all__ = ["CHIP", "CHIP_EFFICIENCIES", "EFFICIENCIES", "ENGINE_SPECS", "EXPERT_LOAD_CV2_PRIOR",
-           "FIT_PARAMS", "ROUTING_SKEW_IN_FIT",
+           "FIT_PARAMS", "NVLINK_BUS_SHARE", "ROUTING_SKEW_IN_FIT",
            "GPU_PRIOR", "HW_SIBLINGS", "PARAMS", "PRIORS", "PRIOR_WEIGHT", "Param", "SHARED"]

@@ -14,7 +14,8 @@ from .fit import Fit, HardwareFit
 FORMATS = {
     "mbu": "{:.3f}", "mbu_kv": "{:.3f}", "mfu": "{:.3f}", "mfu_fp8": "{:.3f}",
     "gemm_min_tokens": "{:.1f}", "roofline_overlap": "{:.3f}", "step_overhead_ms": "{:.3f}", "layer_latency_us": "{:.2f}",
-    "interconnect_latency_us": "{:.2f}", "request_overhead_ms": "{:.2f}",
+    "interconnect_latency_us": "{:.2f}", "allreduce_bus_share": "{:.3f}",
+    "request_overhead_ms": "{:.2f}",
     "serving_overhead_ms": "{:.2f}",
     "mfu_fp4": "{:.3f}", "gemm_half_tokens": "{:.1f}", "attention_half_tokens": "{:.0f}",
     "expert_read_efficiency": "{:.3f}", "expert_compute_efficiency": "{:.3f}", "moe_layer_latency_us": "{:.2f}",

@@ -340,7 +340,8 @@ def test_tensor_parallel_all_reduce_cost():
     hw, m = p.hardware, p.model
     b = 16
     msg = b * m.d_model * 2
-    one = 2 * 3 / 4 * msg / (hw.interconnect_gbs * 1e9) + hw.interconnect_latency_us * 1e-6
+    bus = hw.interconnect_gbs * hw.allreduce_bus_share * 1e9
+    one = 2 * 3 / 4 * msg / bus + hw.interconnect_latency_us * 1e-6
     assert p.step(b, b * 1000).breakdown["comm_s"] == pytest.approx(2 * m.layers * one)
     assert place("llama-3.1-8b", "h100-sxm", 1, "bf16").step(b, 0).breakdown["comm_s"] == 0
 

@@ -5,18 +5,18 @@ the v1.2 MoE rows, diagnosed")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from backends.calibrate import figures as figmod
 from backends.calibrate import load_published
-from backends.calibrate.figures import load_figures, predict_figure
+from backends.calibrate.figures import predict_figure
 from backends.profiles import Catalog
 from bench.score_figures import main
 
 ROWS = "trtllm-perf-overview-v12/qwen3-30b-a3b/b200x1/serving-b3000-1024-1024"
-TP8 = Path(__file__).resolve().parents[2] / "bench" / "data" / "v017_tp8_70b.toml"
 
 
 def _printed(out: str) -> dict[str, float]:
@@ -59,8 +59,30 @@ def test_a_changed_condition_is_scored_and_nothing_leaks(capsys: pytest.CaptureF
     assert figmod.placement is placement  # the hardware override is undone
 
 
-def test_the_tp8_rows_are_kept_out_of_the_calibration_set() -> None:
-    _, extra = load_figures(TP8.read_text("utf-8"))
+def test_the_tp8_rows_are_in_the_set_and_an_extra_file_is_scored_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24's all-reduce pass put the v0.17 page's 70B TP 8 rows into the set; a file of
+    figures outside it (--extra) is still scored exactly as the set's own figures are."""
     _, figs = load_published()
-    assert len(extra) == 12 and all(f.chips == 8 for f in extra)
-    assert not {f.id for f in extra} & {f.id for f in figs}
+    tp8 = [f for f in figs if f.source == "trtllm-perf-overview-v017" and f.chips == 8]
+    assert len(tp8) == 12 and {f.hardware for f in tp8} == {"h100-sxm", "h200"}
+    twin = next(f for f in tp8 if f.hardware == "h200" and f.output_tokens == 2048)
+    fid = "trtllm-x/llama-3.1-70b/h200x8/serving-b3000-128-2048/throughput"
+    fields = {"id": fid,
+              "source": "trtllm-x", "where": "a copy", "conditions": twin.conditions,
+              "engine": twin.engine, "model": twin.model, "hardware": twin.hardware,
+              "precision": twin.precision, "kv_precision": twin.kv_precision,
+              "scenario": twin.scenario, "metric": twin.metric, "unit": "tok/s"}
+    nums = {"chips": twin.chips, "batch": twin.batch, "requests": twin.requests,
+            "prompt_tokens": twin.prompt_tokens, "output_tokens": twin.output_tokens,
+            "max_batch": twin.max_batch, "value": twin.value}
+    lines = ['[sources.trtllm-x]', 'title = "t"', 'url = "https://example.org"',
+             'publisher = "p"', "", "[[figures]]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in fields.items()]  # a TOML basic string
+    lines += [f"{k} = {v}" for k, v in nums.items()]
+    extra = tmp_path / "extra.toml"
+    extra.write_text("\n".join(lines) + "\n", "utf-8")
+    assert main(["--extra", str(extra)]) == 0
+    printed = _printed(capsys.readouterr().out)
+    assert printed[fid] == pytest.approx(predict_figure(twin, Catalog.builtin()), rel=1e-3)
