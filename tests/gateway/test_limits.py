@@ -93,7 +93,11 @@ async def test_a_legit_recursive_schema_still_works(client) -> None:
                                              "children": {"type": "array",
                                                           "items": {"$ref": "#"}}},
             "required": ["name"]}
-    r = await client.post("/v1/chat/completions", json={**chat_tool(tree), "max_tokens": 200})
+    # a whole tree: the generator's depth bound keeps it under ~350 tokens (2,000 seeds); a
+    # cap of 200 cut ~2% of unseeded replies mid-JSON (a flaky failure), so the cap is 1,000
+    # and the reply seeded
+    r = await client.post("/v1/chat/completions",
+                          json={**chat_tool(tree), "max_tokens": 1000, "seed": 7})
     assert r.status_code == 200, r.text
     call = r.json()["choices"][0]["message"]["tool_calls"][0]
     assert "name" in orjson.loads(call["function"]["arguments"])
