@@ -6,11 +6,13 @@ Every wait is bounded; servers are only ever started on 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,29 @@ def pin_self(core: int | None) -> None:
     """Run this process (the client) on ``core`` only; None leaves it as it is."""
     if core is not None:
         os.sched_setaffinity(0, {core})
+
+
+@contextlib.contextmanager
+def yielding() -> Iterator[None]:
+    """Run this process (the load generator) at ``SCHED_IDLE`` for the block: it gets a core
+    only when no server process wants it, so its polls never delay a replica's step (a step
+    served late slips, and the streams fall below their modeled rate for the client's sake,
+    not the server's). Processes started inside the block would inherit the policy: start
+    servers before it. Restored after (as root; otherwise the process stays idle-scheduled,
+    which only matters to later servers it starts, hence the warning)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: the client runs as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:
+            print("warning: could not leave SCHED_IDLE; later servers inherit it",
+                  file=sys.stderr)
 
 
 def start_pinned(argv: list[str], core: int | None) -> subprocess.Popen[bytes]:
