@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .background import Background
-from .connections import body_writer, hang_up_hook, on_hang_up
+from .connections import DirectResponse, body_writer, hang_up_hook, on_hang_up
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -69,6 +69,8 @@ class TurnStream(StreamingResponse):
         self._write: Callable[[Message], Coroutine[Any, Any, None]] | None = None
         # token events straight to the connection's transport (``gateway.connections``)
         self._direct: Callable[[bytes], bool] | None = None
+        # the response's start and end straight to it too (``DirectResponse``)
+        self._ends: DirectResponse | None = None
         encoder = turn.encoder
         assert encoder is not None
         self._tokens = encoder.sse_tokens
@@ -99,6 +101,7 @@ class TurnStream(StreamingResponse):
         listener = None if cycle is not None else task.get_loop().create_task(listen())
         if cycle is not None and self.raw_send is not None:  # no middleware rewrites bodies
             self._direct = body_writer(cycle)
+            self._ends = DirectResponse(cycle)
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -126,8 +129,10 @@ class TurnStream(StreamingResponse):
         task = asyncio.current_task()
         turn.writer = task
         clock = asyncio.get_running_loop().time
-        await send({"type": "http.response.start", "status": self.status_code,
-                    "headers": self.raw_headers})
+        ends = self._ends
+        if ends is None or not ends.start(self.raw_headers):
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
         write = self.raw_send or send  # token events skip the middleware's send wrappers
         self._write = cast(_Write, write)
         direct = self._direct
@@ -137,7 +142,9 @@ class TurnStream(StreamingResponse):
                 turn.writing_since = clock()
                 if turn.closing and not ended:  # the last events end the body: one write
                     ended = True
-                    await send({"type": "http.response.body", "body": chunk, "more_body": False})
+                    if ends is None or not ends.end(chunk):  # type: ignore[arg-type]
+                        await send({"type": "http.response.body", "body": chunk,
+                                    "more_body": False})
                 elif direct is None or not direct(chunk):  # type: ignore[arg-type]
                     await write({"type": "http.response.body", "body": chunk, "more_body": True})
                 turn.writing_since = 0.0

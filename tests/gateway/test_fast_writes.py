@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.connections import HANG_UP, body_writer, on_hang_up
+from gateway.connections import HANG_UP, DirectResponse, body_writer, on_hang_up
 from gateway.turn_http import plain_headers
 
 
@@ -134,6 +134,95 @@ def test_a_streamed_reply_arrives_whole_through_the_direct_writes(live_server: s
     lines = asyncio.run(go())
     assert lines[-1] == "data: [DONE]"
     assert sum('"content":' in line for line in lines) >= 40  # the role chunk + 40 tokens
+
+
+class RecordingTransport(FakeTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def uvicorn_cycle(keep_alive: bool, method: str = "POST") -> Any:
+    """A real uvicorn request cycle on a transport that records what is written."""
+    import logging
+
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    done: list[bool] = []
+    cycle = RequestResponseCycle(
+        {"type": "http", "method": method}, RecordingTransport(), FakeFlow(),  # type: ignore[arg-type]
+        logging.getLogger("t"), logging.getLogger("t.access"), False,
+        [(b"server", b"uvicorn"), (b"date", b"Sat, 28 Nov 2026 21:00:00 GMT")], asyncio.Event(),
+        False, keep_alive, lambda: done.append(True))
+    cycle.done = done  # type: ignore[attr-defined]
+    return cycle
+
+
+STREAM_HEADERS = [(b"cache-control", b"no-cache"), (b"x-request-id", b"req-1"),
+                  (b"x-fastmode-tier", b"spark"), (b"content-type", b"text/event-stream")]
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_a_direct_start_and_end_are_what_uvicorns_send_writes(keep_alive: bool) -> None:
+    """The same bytes and the same state as ``send`` leaves for a streamed 200: status line,
+    default headers, the response's, ``connection: close`` when the connection is not kept,
+    chunked framing, the last chunk with the end marker, and the request's completion."""
+    async def by_send() -> Any:
+        cycle = uvicorn_cycle(keep_alive)
+        await cycle.send({"type": "http.response.start", "status": 200,
+                          "headers": STREAM_HEADERS})
+        await cycle.send({"type": "http.response.body", "body": b"data: x\n\n",
+                          "more_body": True})
+        await cycle.send({"type": "http.response.body", "body": b"data: [DONE]\n\n",
+                          "more_body": False})
+        return cycle
+
+    sent = asyncio.run(by_send())
+    cycle = uvicorn_cycle(keep_alive)
+    ends = DirectResponse(cycle)
+    assert ends.start(list(STREAM_HEADERS)) is True
+    assert body_writer(cycle)(b"data: x\n\n") is True
+    assert ends.end(b"data: [DONE]\n\n") is True
+    assert cycle.transport.out and b"".join(cycle.transport.out) == b"".join(sent.transport.out)
+    for field in ("response_started", "response_complete", "chunked_encoding", "keep_alive"):
+        assert getattr(cycle, field) == getattr(sent, field), field
+    assert cycle.message_event.is_set() and sent.message_event.is_set()
+    assert cycle.done == sent.done == [True]
+    assert cycle.transport.closed is sent.transport.closed is (not keep_alive)
+
+
+@pytest.mark.parametrize("case", ["started", "access log", "framing header", "bad value",
+                                  "bad name", "HEAD", "disconnected", "paused"])
+def test_a_direct_start_declines_what_send_must_handle(case: str) -> None:
+    """Anything but a plain streamed 200 is left to ``send`` (nothing written here)."""
+    cycle = uvicorn_cycle(True, "HEAD" if case == "HEAD" else "POST")
+    headers = list(STREAM_HEADERS)
+    if case == "started":
+        cycle.response_started = True
+    elif case == "access log":
+        cycle.access_log = True
+    elif case == "framing header":
+        headers.append((b"Content-Length", b"10"))
+    elif case == "bad value":
+        headers.append((b"x-echo", b"a\r\nset-cookie: x=1"))
+    elif case == "bad name":
+        headers.append((b"x echo", b"1"))
+    elif case == "disconnected":
+        cycle.disconnected = True
+    elif case == "paused":
+        cycle.flow = type("Paused", (), {"write_paused": True})()
+    assert DirectResponse(cycle).start(headers) is False
+    assert cycle.transport.out == []
+    assert cycle.chunked_encoding is None
+
+
+def test_a_direct_end_declines_before_a_chunked_start() -> None:
+    cycle = uvicorn_cycle(True)
+    assert DirectResponse(cycle).end(b"data: [DONE]\n\n") is False
+    assert cycle.transport.out == [] and not cycle.response_complete
 
 
 def test_the_server_collects_young_objects_less_often(monkeypatch) -> None:
