@@ -22,7 +22,7 @@ Four layers, each as early as it can be:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator, SchemaError
@@ -48,10 +48,13 @@ class BodyLimit:
         self.max_bytes = max_bytes
         self.answer = answer  # (path, APIError) -> ASGI response in the route's format
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The app's own coroutine when there is nothing to count (not HTTP, or a declared
+        length within the bound: the server reads no more than that), so a request's frames
+        do not include this one (each frame of the chain is run again at every resumption
+        of the request's task); otherwise a coroutine that answers or counts."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         limit = self.max_bytes
         for name, value in scope["headers"]:
             if name == b"content-length":
@@ -62,12 +65,15 @@ class BodyLimit:
                 if declared > limit or declared < 0:
                     error = BodyTooLarge(limit) if declared > limit else bad_request(
                         "Invalid Content-Length header.")
-                    await self.answer(scope["path"], error)(scope, receive, send)
-                    return
-                # the server reads no more than the declared length (an HTTP/1.1 message
-                # ends there): nothing left to count
-                await self.app(scope, receive, send)
-                return
+                    answer: Awaitable[None] = self.answer(scope["path"], error)(scope, receive,
+                                                                                 send)
+                    return answer
+                # an HTTP/1.1 message ends at its declared length: nothing left to count
+                return self.app(scope, receive, send)
+        return self._counted(scope, receive, send)
+
+    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = self.max_bytes
         seen = 0
 
         async def counted() -> Message:
