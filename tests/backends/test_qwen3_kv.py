@@ -44,19 +44,14 @@ def _finetune(requests: float, isl: int, osl: int) -> tuple[int, int]:
     32,768 rounded up to 256 / 512 / 1,024 (2,048 at least)."""
     bs = min(requests, 4096)
     tokens = min(bs * (1 + isl / osl), 32768)
-    if bs < 256:
-        max_bs = max(64, 32 * math.ceil(bs / 32))
-    elif bs < 1024:
-        max_bs = 128 * math.ceil(bs / 128)
-    else:
-        max_bs = 256 * math.ceil(bs / 256)
-    if tokens < 4096:
-        max_tokens = max(2048, 256 * math.ceil(tokens / 256))
-    elif tokens < 8192:
-        max_tokens = 512 * math.ceil(tokens / 512)
-    else:
-        max_tokens = 1024 * math.ceil(tokens / 1024)
-    return max_bs, max_tokens
+    return (max(64, _bucket(bs, ((256, 32), (1024, 128)), 256)),
+            max(2048, _bucket(tokens, ((4096, 256), (8192, 512)), 1024)))
+
+
+def _bucket(x: float, steps: tuple[tuple[int, int], ...], last: int) -> int:
+    """``x`` rounded up to the step of the first bound it is under (``last`` past them all)."""
+    step = next((s for bound, s in steps if x < bound), last)
+    return step * math.ceil(x / step)
 
 
 def _requests_estimate(f, kv_bytes_per_element: float) -> float:
