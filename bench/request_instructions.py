@@ -29,22 +29,9 @@ from pathlib import Path
 
 from bench.gateway_overhead import bench_config, prose
 from bench.harness import ROOT, free_port, wait_healthy
-from bench.stream_client import PROTOCOLS, stream
+from bench.pacing import Server, requests
 
-CHAT = PROTOCOLS["chat"]
-PROMPT = "fastmode-bench: stream the scripted reply"
 WARM_UP = 200
-
-
-async def drive(port: int, total: int, concurrency: int = 32) -> None:
-    left = [total]
-
-    async def user() -> None:
-        while left[0] > 0:
-            left[0] -= 1
-            await stream(port, CHAT, PROMPT, 16, None)
-
-    await asyncio.gather(*(user() for _ in range(concurrency)))
 
 
 def instructions(path: str) -> int:
@@ -69,13 +56,14 @@ async def count(root: Path, n: int, tmp: Path) -> float:
          "--config", str(cfg)],
         cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = Server("fastmode", port, proc.pid, None)
     try:
         wait_healthy(port, proc, timeout=300)
-        await drive(port, WARM_UP)
+        await requests(server, WARM_UP, 16, 32)  # the pacing table's row, 32 at a time
         # the counters from zero, the requests, then a dump of just those
         subprocess.run(["callgrind_control", "-z", str(proc.pid)], check=True,
                        capture_output=True)
-        await drive(port, n)
+        await requests(server, n, 16, 32)
         subprocess.run(["callgrind_control", "-d", "requests", str(proc.pid)], check=True,
                        capture_output=True)
     finally:

@@ -160,11 +160,9 @@ class Gateway:
             raise shutting_down()
         tier, prompt = decision.tier, request.prompt_tokens
         cap = self.router.max_output(tier, prompt, request.max_tokens)
-        # the key's buckets (none without a key: no coroutine to run for nothing)
-        headers = {} if decision.principal is None else await ratelimit.take(
-            self.auth, self.state, self.config.state.limits_fail_open, self.metrics,
-            decision.principal, tier.name, prompt + cap, prompt, cap,
-            fast=decision.role.premium)
+        headers = await ratelimit.take(self.auth, self.state, self.config.state.limits_fail_open,
+                                       self.metrics, decision.principal, tier.name, prompt + cap,
+                                       prompt, cap, fast=decision.role.premium)
         fault = decision.fault
         ticket = Ticket(
             request, decision, tier, decision.role, cap, headers,

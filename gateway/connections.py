@@ -48,47 +48,32 @@ HANG_UP = "on_hang_up"  # attribute of a request's cycle: what to call if the cl
 _COUNTS = "fastmode_clients"  # attribute of uvicorn's ServerState: open connections per address
 
 
-def body_writer(cycle: Any) -> Callable[[bytes], bool]:
-    """A writer of one more chunk of ``cycle``'s chunked response body straight to its
-    transport: what uvicorn's ``send`` does for a body message, without the message dict, the
-    coroutine and its checks (~2 us per token event). It writes only while ``send`` would
-    write at once (the response started, chunked, not complete, the client connected, the
-    transport not paused) and returns False otherwise: then the caller uses ``send``. The
-    response's start and its end still go through ``send``, which keeps uvicorn's state."""
-    transport, flow = cycle.transport, cycle.flow
-
-    def write(body: bytes) -> bool:
-        if (flow.write_paused or cycle.disconnected or cycle.response_complete
-                or cycle.chunked_encoding is not True):
-            return False
-        if body:
-            transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return True
-
-    return write
-
-
 class DirectResponse:
-    """The start and the end of ``cycle``'s streamed response written to its transport, as
-    uvicorn's ``send`` writes them for a ``200`` with these headers and no length (status
-    line, the server's default headers, ``transfer-encoding: chunked``, ``connection: close``
-    if the connection will not be kept; the last chunk, then the request's completion), with
-    uvicorn's state set as ``send`` sets it, without the two message dicts, the middleware's
-    ``send`` wrappers and ``send``'s two regular expressions per header (here one over all
-    the names and one over all the values): with the body limit's frame, ~1.5% of a short
-    streamed request's instructions (``bench/request_instructions.py``). ``start`` and
-    ``end`` return False, having written nothing, whenever ``send`` would do anything else
-    (the access log on, the client gone, the transport paused, the response started or
-    complete): the caller then uses ``send``."""
+    """``cycle``'s streamed response written straight to its transport, as uvicorn's ``send``
+    writes it for a ``200`` with these headers and no length: ``start`` (status line, the
+    server's default headers, ``connection: close`` if the connection will not be kept,
+    ``transfer-encoding: chunked``), ``write`` (one more chunk of the body) and ``end`` (the last
+    chunk, then the request's completion), with uvicorn's state set as ``send`` sets it.
 
-    __slots__ = ("cycle",)
+    It skips the message dicts, the middleware's ``send`` wrappers, the coroutine per message,
+    and ``send``'s two regular expressions per header (here one over all the names and one over
+    all the values): ~2 us per token event, and, for the start and end, with the body limit's
+    frame, ~1.5% of a short streamed request's instructions (``bench/request_instructions.py``).
+    Each method returns False, having written nothing, whenever ``send`` would do anything
+    else (the access log on, the client gone, the transport paused, the response not started,
+    started already or complete, a framing header or a bad header byte): the caller then uses
+    ``send``."""
+
+    __slots__ = ("cycle", "transport", "flow")
 
     def __init__(self, cycle: Any) -> None:
         self.cycle = cycle
+        self.transport = cycle.transport
+        self.flow = cycle.flow
 
     def start(self, headers: list[tuple[bytes, bytes]]) -> bool:
         cycle = self.cycle
-        if (cycle.response_started or cycle.disconnected or cycle.flow.write_paused
+        if (cycle.response_started or cycle.disconnected or self.flow.write_paused
                 or cycle.access_log or cycle.chunked_encoding is not None
                 or cycle.scope["method"] == "HEAD"):
             return False
@@ -108,20 +93,30 @@ class DirectResponse:
         if not cycle.keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"transfer-encoding: chunked\r\n\r\n")
-        cycle.transport.write(b"".join(head))
+        self.transport.write(b"".join(head))
+        return True
+
+    def write(self, body: bytes) -> bool:
+        """One more chunk of the body (an empty one writes nothing: it is not the end)."""
+        cycle = self.cycle
+        if (self.flow.write_paused or cycle.disconnected or cycle.response_complete
+                or cycle.chunked_encoding is not True):
+            return False
+        if body:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
         return True
 
     def end(self, body: bytes) -> bool:
         cycle = self.cycle
-        if (cycle.disconnected or cycle.response_complete or cycle.flow.write_paused
+        if (cycle.disconnected or cycle.response_complete or self.flow.write_paused
                 or cycle.chunked_encoding is not True):
             return False
-        cycle.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body
-                              else b"0\r\n\r\n")
+        self.transport.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body) if body
+                             else b"0\r\n\r\n")
         cycle.response_complete = True
         cycle.message_event.set()
         if not cycle.keep_alive:
-            cycle.transport.close()
+            self.transport.close()
         cycle.on_response()
         return True
 

@@ -56,7 +56,7 @@ Push = Callable[[int, int, Any], Coroutine[Any, Any, None] | None]
 """The send of the events of tokens ``start .. start + count``, after ``lead`` (events the
 transport sends first, in its own form, or None: Chat's role chunk goes with the first token),
 as a coroutine not yet started (the events are encoded when it is made; the send runs when it
-is driven), or None: the transport wrote them already (``gateway.connections.body_writer``)."""
+is driven), or None: the transport wrote them already (``gateway.connections.DirectResponse``)."""
 
 log = logging.getLogger("fastmode.turn")
 

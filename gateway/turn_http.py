@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .admission import Gateway, shutting_down
 from .background import Background
-from .connections import DirectResponse, body_writer, hang_up_hook, on_hang_up
+from .connections import DirectResponse, hang_up_hook, on_hang_up
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
@@ -100,8 +100,8 @@ class TurnStream(StreamingResponse):
         cycle = on_hang_up(receive, hang_up)
         listener = None if cycle is not None else task.get_loop().create_task(listen())
         if cycle is not None and self.raw_send is not None:  # no middleware rewrites bodies
-            self._direct = body_writer(cycle)
             self._ends = DirectResponse(cycle)
+            self._direct = self._ends.write
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.connections import HANG_UP, DirectResponse, body_writer, on_hang_up
+from gateway.connections import HANG_UP, DirectResponse, on_hang_up
 from gateway.turn_http import plain_headers
 
 
@@ -28,7 +28,7 @@ class FakeFlow:
 
 
 class FakeCycle:
-    """What ``body_writer`` and ``on_hang_up`` read of uvicorn's ``RequestResponseCycle``."""
+    """What ``DirectResponse.write`` and ``on_hang_up`` read of uvicorn's ``RequestResponseCycle``."""
 
     def __init__(self) -> None:
         self.transport = FakeTransport()
@@ -44,7 +44,7 @@ class FakeCycle:
 
 def test_a_direct_write_is_one_http_chunk() -> None:
     cycle = FakeCycle()
-    write = body_writer(cycle)
+    write = DirectResponse(cycle).write
     assert write(b'data: {"x":1}\n\n') is True
     assert cycle.transport.out == [b'f\r\ndata: {"x":1}\n\n\r\n']
     assert write(b"") is True  # an event of hidden tokens: nothing to write, and no end chunk
@@ -54,7 +54,7 @@ def test_a_direct_write_is_one_http_chunk() -> None:
 @pytest.mark.parametrize("state", ["paused", "disconnected", "complete", "not chunked"])
 def test_a_direct_write_declines_where_send_would_not_write_at_once(state: str) -> None:
     cycle = FakeCycle()
-    write = body_writer(cycle)
+    write = DirectResponse(cycle).write
     if state == "paused":
         cycle.flow.write_paused = True  # the client reads slower: send would wait
     elif state == "disconnected":
@@ -184,7 +184,7 @@ def test_a_direct_start_and_end_are_what_uvicorns_send_writes(keep_alive: bool) 
     cycle = uvicorn_cycle(keep_alive)
     ends = DirectResponse(cycle)
     assert ends.start(list(STREAM_HEADERS)) is True
-    assert body_writer(cycle)(b"data: x\n\n") is True
+    assert ends.write(b"data: x\n\n") is True
     assert ends.end(b"data: [DONE]\n\n") is True
     assert cycle.transport.out and b"".join(cycle.transport.out) == b"".join(sent.transport.out)
     for field in ("response_started", "response_complete", "chunked_encoding", "keep_alive"):

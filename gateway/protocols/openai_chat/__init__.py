@@ -40,22 +40,20 @@ class ChatProtocol(Protocol):
         check_metadata(req.metadata)
         messages = [m.model_dump(exclude_none=True) for m in req.messages]
         check_images(messages, "messages")  # image_url parts: checked, never fetched
-        choice = req.tool_choice
         tools: list[dict[str, Any]] = []
         specs: tuple[ToolSpec, ...] = ()
-        if req.tools or choice is not None:
-            tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
+        if req.tools:  # (most requests have none: nothing to dump, convert or check)
+            tools = [t.model_dump(exclude_none=True) for t in req.tools]
             specs = tuple(ToolSpec.from_wire(t) for t in tools)
-            tool_choice = resolve_tool_choice(
-                {s.name for s in specs},
-                None if isinstance(choice, NamedToolChoice) else choice,
-                choice.function.name if isinstance(choice, NamedToolChoice) else None,
-            )
+        choice = req.tool_choice
+        tool_choice = resolve_tool_choice(
+            {s.name for s in specs},
+            None if isinstance(choice, NamedToolChoice) else choice,
+            choice.function.name if isinstance(choice, NamedToolChoice) else None,
+        )
+        if req.tools:
             strict_tools((spec, bool(t.function.strict), f"tools[{i}].function.parameters")
-                         for i, (spec, t) in enumerate(zip(specs, req.tools or [],
-                                                           strict=True)))
-        else:  # no tools, no choice (most requests): what ``resolve_tool_choice`` gives then
-            tool_choice = "none"
+                         for i, (spec, t) in enumerate(zip(specs, req.tools, strict=True)))
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         gen = GenerationRequest(
             messages=messages,
