@@ -247,3 +247,58 @@ def test_the_server_collects_young_objects_less_often(monkeypatch) -> None:
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("loop_kind", ["uvloop", "asyncio"])
+@pytest.mark.parametrize("family", ["ipv4", "ipv6", "unix"])
+def test_connection_addresses_are_what_uvicorns_functions_read(loop_kind: str, family: str,
+                                                               tmp_path: Any) -> None:
+    """``addresses`` reads the saved sockname / peername; uvicorn's ``get_local_addr`` and
+    ``get_remote_addr`` ask the socket: the same answers for TCP over IPv4 and IPv6 and for a
+    unix socket, on uvloop and on asyncio's own loop."""
+    import socket
+
+    import uvloop
+    from uvicorn.protocols.utils import get_local_addr, get_remote_addr
+
+    from gateway.connections import addresses
+
+    if family == "ipv6" and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")  # pragma: no cover
+    seen: list[tuple[Any, Any]] = []
+
+    class Probe(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            seen.append((addresses(transport),
+                         (get_local_addr(transport), get_remote_addr(transport))))
+            transport.close()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        if family == "unix":
+            path = str(tmp_path / "s.sock")
+            server = await loop.create_unix_server(Probe, path)
+            _, w = await asyncio.open_unix_connection(path)
+        else:
+            host = "127.0.0.1" if family == "ipv4" else "::1"
+            try:
+                server = await loop.create_server(Probe, host, 0)
+            except OSError:  # pragma: no cover - a host without ::1
+                pytest.skip(f"cannot listen on {host}")
+            port = server.sockets[0].getsockname()[1]
+            _, w = await asyncio.open_connection(host, port)
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        w.close()
+        server.close()
+
+    if loop_kind == "uvloop":
+        uvloop.run(run())
+    else:
+        asyncio.run(run())
+    ours, uvicorns = seen[0]
+    assert ours == uvicorns
+    if family != "unix":
+        assert ours[0] is not None and ours[1] is not None  # a TCP connection has both
