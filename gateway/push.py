@@ -172,10 +172,10 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float,
     the first tokens (Chat's role chunk), so push mode begins before the first token and the
     turn's task is not woken for it. ``turn.abort`` is set if the stream fell ``max_lag``
     behind; a write that raised is raised as ``WriteFailed``, anything else as itself."""
-    loop = asyncio.get_running_loop()
+    replica = stream.replica
+    loop = replica.loop  # the running loop (the replica's steps call ``due``), no pid check
     clock = loop.time
     done = _Done(loop, stream)
-    replica = stream.replica
     trace = turn.trace
 
     sender = new_sender()

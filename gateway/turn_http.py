@@ -71,6 +71,7 @@ class TurnStream(StreamingResponse):
         self._direct: Callable[[bytes], bool] | None = None
         # the response's start and end straight to it too (``DirectResponse``)
         self._ends: DirectResponse | None = None
+        self._task: asyncio.Task[Any] | None = None  # the task streaming it (``__call__``)
         encoder = turn.encoder
         assert encoder is not None
         self._tokens = encoder.sse_tokens
@@ -102,6 +103,7 @@ class TurnStream(StreamingResponse):
         if cycle is not None and self.raw_send is not None:  # no middleware rewrites bodies
             self._ends = DirectResponse(cycle)
             self._direct = self._ends.write
+        self._task = task
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
@@ -126,9 +128,11 @@ class TurnStream(StreamingResponse):
 
     async def stream_response(self, send: Send) -> None:
         turn = self.turn
-        task = asyncio.current_task()
+        # the task ``__call__`` runs in (this one): asyncio's ``current_task`` and
+        # ``get_running_loop`` each ask the OS for the process id (a syscall) on Python 3.11
+        task = self._task if self._task is not None else asyncio.current_task()
         turn.writer = task
-        clock = asyncio.get_running_loop().time
+        clock = (task.get_loop() if task is not None else asyncio.get_running_loop()).time
         ends = self._ends
         if ends is None or not ends.start(self.raw_headers):
             await send({"type": "http.response.start", "status": self.status_code,
