@@ -12,7 +12,7 @@ the server runs ~50x slower under callgrind, so streams slip (their pace is not 
 ``--root DIR`` (repeatable) counts another checkout of fastmode (a ``git worktree`` of the
 commit before a change) with the same client and config: before and after in one command.
 
-Usage: python bench/request_instructions.py [--requests N] [--root DIR ...]
+Usage: python bench/request_instructions.py [--requests N] [--root DIR ...] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def instructions(path: str) -> int:
     return max(counts)
 
 
-async def count(root: Path, n: int, tmp: Path) -> float:
+async def count(root: Path, n: int, tmp: Path, keep: Path | None = None) -> float:
     """User-space instructions per request of the server of checkout ``root``."""
     cfg = tmp / "bench.toml"
     cfg.write_text(bench_config(1, prose(1050)[0]))
@@ -69,7 +69,9 @@ async def count(root: Path, n: int, tmp: Path) -> float:
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(120)
-    import shutil as _sh; _sh.copy(out + ".1", f"/tmp/prof/cg.last.{root.name}")
+    if keep is not None:  # for callgrind_annotate
+        keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out + ".1", keep / f"callgrind.{root.name}")
     return instructions(out + ".1") / n  # the dump after the zeroing: the requests alone
 
 
@@ -78,12 +80,14 @@ async def main() -> None:
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--root", action="append", type=Path, default=[],
                     help="another checkout to count (before a change); repeatable")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="copy each checkout's callgrind dump here (callgrind.NAME)")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed: apt-get install valgrind")
     roots = [*args.root, ROOT]
     with tempfile.TemporaryDirectory() as name:
-        results = [(root, await count(root, args.requests, Path(name))) for root in roots]
+        results = [(root, await count(root, args.requests, Path(name), args.keep)) for root in roots]
     base = results[0][1]
     print(f"| checkout | instructions per request ({args.requests} requests) | vs the first |")
     print("|---|---:|---:|")
