@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
@@ -169,7 +169,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(gateway.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     bodies: dict[str, Any] = {}  # request-body schemas, for /openapi.json
     hot: list[Route] = []

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from backends.scheduler import Scheduler
@@ -55,6 +56,14 @@ class Metrics:
             ["reason", "tier"], registry=r,
         )
         r.register(_ReplicaCollector(replicas))
+        # collectors that write their own text (``render() -> bytes``), after the registry's:
+        # many fixed series, which prometheus_client's exposition made too slow to scrape
+        # on the event loop (``gateway.vllm_metrics``)
+        self.rendered: list[Any] = []
+
+    def exposition(self) -> bytes:
+        """``/metrics``: the registry's text (``generate_latest``), then the rendered ones'."""
+        return generate_latest(self.registry) + b"".join(r.render() for r in self.rendered)
 
     def record(
         self,

@@ -111,3 +111,57 @@ async def test_running_gauge_counts_an_admitted_request(engine) -> None:
         running = value(await scrape(engine), "vllm:num_requests_running")
     assert running == before + 1
     gateway.settle(job, 499)
+
+
+class _Only:
+    """A registry of one collector, for ``generate_latest``."""
+
+    def __init__(self, collector: object) -> None:
+        self.collector = collector
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        return self.collector.collect()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("deployments", [1, 2])
+async def test_the_fast_text_is_prometheus_clients_byte_for_byte(deployments: int) -> None:
+    """``render`` writes what ``generate_latest`` writes for ``collect``'s families: after
+    traffic (counts past a million, so Go's exponent form too), with one deployment and with
+    several (the ``deployment`` label), a model name that needs escaping, and after a
+    re-attach (the cached label text made again)."""
+    from prometheus_client import generate_latest
+
+    from gateway.vllm_metrics import VllmMetrics
+
+    app = create_app(engine_config(load_config(), "spark", replicas=2))
+    ctx = app.router.lifespan_context(app)
+    await ctx.__aenter__()
+    try:
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://e")
+        for _ in range(3):
+            r = await client.post("/v1/chat/completions", json={
+                "model": "frontier-spark", "messages": USER, "max_tokens": 20})
+            assert r.status_code == 200
+        await client.aclose()
+        gateway = app.state.gateway
+        vm = next(r for r in gateway.metrics.rendered if isinstance(r, VllmMetrics))
+        assert vm.render() == generate_latest(_Only(vm))
+        dep, engine = vm.engines[0]
+        engine.prompt = 12_345_678  # Go's exponent form: 1.2345678e+07
+        engine.e2e.counts[0] += 2_000_000
+        engine.e2e.sum += 0.1
+        if deployments == 2:  # a second deployment: every series gains its label
+            replicas = [e.replica for _, e in vm.engines]
+            vm.attach('odd "name"\\', 'm\n"x"', replicas[:1])
+        assert vm.render() == generate_latest(_Only(vm))
+        assert b"1.2345678e+07" in vm.render()
+    finally:
+        await ctx.__aexit__(None, None, None)
+
+
+async def test_the_scrape_carries_the_registry_and_the_rendered_families(engine) -> None:
+    text = (await engine.get("/metrics")).text
+    names = {f.name for f in text_string_to_metric_families(text)}
+    assert "vllm:e2e_request_latency_seconds" in names  # rendered
+    assert "fastmode_requests" in names  # the registry's
+    assert text.count("# TYPE vllm:e2e_request_latency_seconds histogram") == 1
