@@ -190,3 +190,49 @@ def test_a_second_workers_gateway_on_a_busy_port_is_refused(tmp_path) -> None:
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def _families(text: str) -> dict[str, tuple[str, str, list[tuple[str, tuple, float]]]]:
+    """Each family as prometheus_client's parser reads it: type, help, samples (sorted)."""
+    return {f.name: (f.type, f.documentation,
+                     sorted((s.name, tuple(sorted(s.labels.items())), s.value)
+                            for s in f.samples))
+            for f in text_string_to_metric_families(text)}
+
+
+def test_the_merge_gives_the_parsers_families_with_a_worker_label() -> None:
+    """``merge`` works on the text; what a Prometheus parser reads from it is each worker's
+    families, every sample with its ``worker`` label, plus ``fastmode_workers_scraped``:
+    with labels and without, a label value holding a brace, a quote and a backslash, a
+    family only one worker has, and an empty label set."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+    from gateway.workers.aggregate import merge
+
+    texts = []
+    for w in range(2):
+        r = CollectorRegistry()
+        c = Counter("fastmode_requests", "Requests", ["tier", "status"], registry=r)
+        c.labels("fast", "200").inc(3 + w)
+        c.labels('odd}"\\ tier', "429").inc()
+        Gauge("fastmode_up", "Up", registry=r).set(1)
+        h = Histogram("fastmode_ttft_seconds", "TTFT", ["tier"], buckets=(0.1, 1.0), registry=r)
+        h.labels("fast").observe(0.5 + w)
+        if w == 1:
+            Gauge("fastmode_only_one", "One worker's", ["x"], registry=r).labels("y").set(7)
+        texts.append(generate_latest(r).decode())
+    merged = merge([(str(w), t) for w, t in enumerate(texts)]).decode()
+    got = _families(merged)
+    want: dict[str, tuple[str, str, list]] = {}
+    for w, t in enumerate(texts):
+        for name, (kind, doc, samples) in _families(t).items():
+            entry = want.setdefault(name, (kind, doc, []))
+            entry[2].extend((n, tuple(sorted((*labels, ("worker", str(w))))), v)
+                            for n, labels, v in samples)
+    want = {k: (kind, doc, sorted(s)) for k, (kind, doc, s) in want.items()}
+    want["fastmode_workers_scraped"] = ("gauge", "Worker processes whose metrics this scrape "
+                                        "includes", [("fastmode_workers_scraped", (), 2.0)])
+    assert got == want
+    assert merged.count("# TYPE fastmode_requests_total counter") == 1
+    # an empty label set, as another exporter might write it
+    assert 'x{worker="0"} 1' in merge([("0", "# TYPE x gauge\nx{} 1\n")]).decode()
