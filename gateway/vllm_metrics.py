@@ -175,9 +175,9 @@ class VllmMetrics:
         is made once (``_Lines``); a scrape writes the values. prometheus_client builds a
         family object per scrape and validates, escapes and sorts every sample's labels: 22 ms
         per scrape of the default config's 16 engines (2,672 of its 3,090 lines are these),
-        time the event loop, and so every stream, stood still (the host-lag metric counted
-        each scrape as a slip). ``tests/gateway/test_vllm_metrics.py`` checks the two texts are
-        equal."""
+        during which the event loop, and so every stream, stood still (the host-lag metric
+        counted each scrape as a slip). ``tests/gateway/test_vllm_metrics.py`` checks the two
+        texts are equal."""
         many, _ = self._names()
         if self._lines is None or self._lines_many != many:
             self._lines = [_Lines(e, dep if many else None) for dep, e in self.engines]
@@ -210,7 +210,8 @@ class VllmMetrics:
         return "".join(out).encode()
 
 
-# the families, in the order they are written: (attribute of _Engine, name, help)
+# the families, in the order they are written: (key, name, help); a counter's or histogram's
+# key is its ``_Engine`` attribute, the gauges are ``_Engine.gauges()`` in this order
 GAUGES = (
     ("running", "vllm:num_requests_running", "Number of requests in model execution batches "
      "(the modeled other tenants included)."),
