@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -17,6 +17,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from backends.scheduler import Scheduler
 
 from .tier_metrics import Family, TierFamilies
+
+
+class Rendered(Protocol):
+    """A collector that writes its own exposition text (``gateway.vllm_metrics``)."""
+
+    def render(self) -> bytes: ...
+
 
 LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60,
@@ -59,7 +66,7 @@ class Metrics:
         # collectors that write their own text (``render() -> bytes``), after the registry's:
         # many fixed series, which prometheus_client's exposition made too slow to scrape
         # on the event loop (``gateway.vllm_metrics``)
-        self.rendered: list[Any] = []
+        self.rendered: list[Rendered] = []
 
     def exposition(self) -> bytes:
         """``/metrics``: the registry's text (``generate_latest``), then the rendered ones'."""
