@@ -31,7 +31,7 @@ from .connections import DirectResponse, hang_up_hook, on_hang_up
 from .errors import APIError
 from .fault_kinds import Kind
 from .ids import new_id
-from .offload import counted, off_loop, validated
+from .offload import OFFLOAD_BYTES, counted, off_loop, validated
 from .ownership import deferred
 from .protocols.base import Protocol, RequestContext
 from .state import CUT, FAILED
@@ -232,19 +232,26 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             if gateway.draining:
                 raise shutting_down()
             raw = await read_body(request.receive)
-            # parse, bounds, validation and translation leave the loop for a large body
-            req = await off_loop(len(raw), validated, protocol, raw, gateway.config.limits)
+            # parse, bounds, validation and translation leave the loop for a large body (a
+            # small one's stay inline: no coroutine for them)
+            inline = len(raw) <= OFFLOAD_BYTES
+            limits = gateway.config.limits
+            req = (validated(protocol, raw, limits) if inline
+                   else await off_loop(len(raw), validated, protocol, raw, limits))
             # stored responses as this request's key sees them (gateway.ownership)
             asked = plain_headers(request.scope["headers"])
             store = state.responses.seen_by(deferred(gateway.auth, asked))
             ctx = RequestContext(asked, fast_path, store)
-            await prefetch(req, ctx)
+            if req.__dict__.get("previous_response_id"):  # (a pydantic getattr miss is slow)
+                await prefetch(req, ctx)
             if req.__dict__.get("background"):  # Responses' background mode
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
-            turn = await off_loop(len(raw), counted, gateway, protocol.name,
-                                  Turn, gateway, protocol, req, ctx, request_id=request_id,
-                                  arrived=arrived)
+            turn = (counted(gateway, protocol.name, Turn, gateway, protocol, req, ctx,
+                            request_id=request_id, arrived=arrived) if inline
+                    else await off_loop(len(raw), counted, gateway, protocol.name, Turn,
+                                        gateway, protocol, req, ctx, request_id=request_id,
+                                        arrived=arrived))
             job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)
