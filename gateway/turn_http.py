@@ -128,11 +128,12 @@ class TurnStream(StreamingResponse):
 
     async def stream_response(self, send: Send) -> None:
         turn = self.turn
-        # the task ``__call__`` runs in (this one): asyncio's ``current_task`` and
+        # the task ``__call__`` runs in (this one), kept there: asyncio's ``current_task`` and
         # ``get_running_loop`` each ask the OS for the process id (a syscall) on Python 3.11
-        task = self._task if self._task is not None else asyncio.current_task()
+        task = self._task
+        assert task is not None  # (only ``__call__`` calls this)
         turn.writer = task
-        clock = (task.get_loop() if task is not None else asyncio.get_running_loop()).time
+        clock = task.get_loop().time
         ends = self._ends
         if ends is None or not ends.start(self.raw_headers):
             await send({"type": "http.response.start", "status": self.status_code,
