@@ -37,7 +37,7 @@ def merge(expositions: list[tuple[str, str]]) -> bytes:
     reached: every stream of that worker stood still. This takes ~5 ms;
     ``tests/gateway/test_workers.py`` checks it gives the parser's families."""
     order: list[str] = []  # family names, in the order first seen
-    heads: dict[str, list[str]] = {}  # family -> its HELP / TYPE lines
+    heads: dict[str, dict[str, str]] = {}  # family -> its HELP / TYPE lines, the first seen
     samples: dict[str, list[str]] = {}  # family -> sample lines, every worker's
     for worker, text in expositions:
         label = f'worker="{worker}"'
@@ -51,11 +51,9 @@ def merge(expositions: list[tuple[str, str]]) -> bytes:
                     family = parts[2]
                     if family not in heads:
                         order.append(family)
-                        heads[family] = []
+                        heads[family] = {}
                         samples[family] = []
-                    if len(heads[family]) < 2 and not any(
-                            h.split(" ", 2)[1] == parts[1] for h in heads[family]):
-                        heads[family].append(line)
+                    heads[family].setdefault(parts[1], line)
                 continue
             end = line.rfind("}")
             if end >= 0:  # name{labels} value: the label joins the set
@@ -66,12 +64,12 @@ def merge(expositions: list[tuple[str, str]]) -> bytes:
                 line = f"{line[:space]}{{{label}}}{line[space:]}"
             if family not in samples:  # a sample before any HELP / TYPE: its own family
                 order.append(family)
-                heads[family] = []
+                heads[family] = {}
                 samples[family] = []
             samples[family].append(line)
     out: list[str] = []
     for family in order:
-        out += heads[family]
+        out += heads[family].values()
         out += samples[family]
     out += ["# HELP fastmode_workers_scraped Worker processes whose metrics this scrape includes",
             "# TYPE fastmode_workers_scraped gauge",
