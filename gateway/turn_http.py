@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -248,11 +249,9 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             if req.__dict__.get("background"):  # Responses' background mode
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
-            turn = (counted(gateway, protocol.name, Turn, gateway, protocol, req, ctx,
-                            request_id=request_id, arrived=arrived) if inline
-                    else await off_loop(len(raw), counted, gateway, protocol.name, Turn,
-                                        gateway, protocol, req, ctx, request_id=request_id,
-                                        arrived=arrived))
+            make = partial(counted, gateway, protocol.name, Turn, gateway, protocol, req, ctx,
+                           request_id=request_id, arrived=arrived)
+            turn = make() if inline else await off_loop(len(raw), make)
             job = await turn.start(disconnected=gone)
         except APIError as exc:
             return protocol.error_response(exc, request_id)

@@ -266,30 +266,28 @@ class _Lines:
     """One engine's samples up to their value: ``name{labels} ``, labels sorted by name."""
 
     def __init__(self, e: _Engine, deployment: str | None) -> None:
-        base = {"model_name": e.labels[0], "engine": e.labels[1]}
-        if deployment is not None:
-            base["deployment"] = deployment
+        mine = {"engine": e.labels[1]} if deployment is None else {
+            "engine": e.labels[1], "deployment": deployment}
 
-        def line(name: str, **extra: str) -> str:
-            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted({**base, **extra}.items()))
-            return f"{name}{{{labels}}} "
+        def line(name: str, **labels: str) -> str:
+            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+            return f"{name}{{{text}}} "
 
-        self.gauges = [line(name) for _, name, _ in GAUGES]
-        info = {"block_size": str(BLOCK_SIZE), "num_gpu_blocks": str(e.blocks()),
-                "engine": e.labels[1]}
-        if deployment is not None:
-            info["deployment"] = deployment
-        self.info = "{}{{{}}} ".format(INFO[0], ",".join(
-            f'{k}="{_escape(v)}"' for k, v in sorted(info.items())))
-        self.counters = [line(f"{name}_total") for _, name, _ in COUNTERS]
-        self.success = {r: line(f"{SUCCESS[0]}_total", finished_reason=r)
+        def sample(name: str, **extra: str) -> str:
+            return line(name, model_name=e.labels[0], **mine, **extra)
+
+        self.gauges = [sample(name) for _, name, _ in GAUGES]
+        self.info = line(INFO[0], block_size=str(BLOCK_SIZE), num_gpu_blocks=str(e.blocks()),
+                         **mine)
+        self.counters = [sample(f"{name}_total") for _, name, _ in COUNTERS]
+        self.success = {r: sample(f"{SUCCESS[0]}_total", finished_reason=r)
                         for r in FINISHED_REASONS}
         self.hists = []
         for key, name, _ in HISTS:
             h: Hist = getattr(e, key)
             les = [*(repr(float(b)) for b in h.bounds), "+Inf"]
-            self.hists.append(([line(f"{name}_bucket", le=le) for le in les],
-                               line(f"{name}_count"), line(f"{name}_sum")))
+            self.hists.append(([sample(f"{name}_bucket", le=le) for le in les],
+                               sample(f"{name}_count"), sample(f"{name}_sum")))
 
 
 def install(gateway: Any, remote_tiers: set[str] | None = None) -> VllmMetrics:
