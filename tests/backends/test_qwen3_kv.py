@@ -93,16 +93,22 @@ def test_their_kv_cache_is_one_byte():
         assert "fp8" in f.conditions and "bf16" not in f.conditions, f.id
 
 
+def stated_heuristic(f) -> tuple[int, int, int, int]:
+    """The row's spelled-out heuristic, checked against its rule: (R, max_batch_size, step
+    budget per rank, attention-DP ranks)."""
+    m = HEURISTIC.search(f.conditions)
+    assert m, f.id
+    r, bs, tokens, isl, bs_again, budget = (int(g) for g in m.groups()[:6])
+    assert _finetune(r, f.prompt_tokens, f.output_tokens) == (bs, tokens), f.id
+    # chunked prefill off: the budget holds a whole prompt beside the batch
+    assert isl == f.prompt_tokens and bs_again == bs and budget == max(tokens, isl + bs), f.id
+    return r, bs, budget, int(m.group(7)) if m.group(7) else 1
+
+
 def test_the_stated_heuristic_follows_its_rule():
     for f in _rows():
-        m = HEURISTIC.search(f.conditions)
-        assert m, f.id
-        r, bs, tokens, isl, bs_again, budget = (int(g) for g in m.groups()[:6])
-        assert _finetune(r, f.prompt_tokens, f.output_tokens) == (bs, tokens), f.id
-        # chunked prefill off: the budget holds a whole prompt beside the batch
-        assert isl == f.prompt_tokens and bs_again == bs and budget == max(tokens, isl + bs)
-        ranks = f.expert_parallel if f.attention_dp else 1
-        assert (int(m.group(7)) if m.group(7) else 1) == ranks, f.id
+        _, _, budget, ranks = stated_heuristic(f)
+        assert ranks == (f.expert_parallel if f.attention_dp else 1), f.id
         assert f.max_batched_tokens == budget * ranks, f.id
 
 

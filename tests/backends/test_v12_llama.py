@@ -6,7 +6,7 @@ tests/backends/test_qwen3_kv.py)."""
 from __future__ import annotations
 
 import pytest
-from test_qwen3_kv import HEURISTIC, _finetune, _kv_element_bytes, _requests_estimate
+from test_qwen3_kv import _kv_element_bytes, _requests_estimate, stated_heuristic
 
 from backends.calibrate import load_published
 from backends.calibrate.scope import scored_only_reason
@@ -42,10 +42,6 @@ def test_every_cell_of_the_table_is_a_fitted_figure():
 
 def test_batch_cap_and_step_budget_are_the_heuristics():
     for f in _rows():
-        m = HEURISTIC.search(f.conditions)
-        assert m, f.id
-        r, bs, tokens, isl, bs_again, budget = (int(g) for g in m.groups()[:6])
-        assert _finetune(r, f.prompt_tokens, f.output_tokens) == (bs, tokens), f.id
-        assert isl == f.prompt_tokens and bs_again == bs and budget == max(tokens, isl + bs)
-        assert f.max_batched_tokens == budget and f.max_batch == bs, f.id
+        r, bs, budget, ranks = stated_heuristic(f)
+        assert ranks == 1 and f.max_batched_tokens == budget and f.max_batch == bs, f.id
         assert r == pytest.approx(_requests_estimate(f, _kv_element_bytes(f)), rel=0.03), f.id
