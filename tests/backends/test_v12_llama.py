@@ -6,14 +6,13 @@ tests/backends/test_qwen3_kv.py)."""
 from __future__ import annotations
 
 import pytest
-from test_qwen3_kv import _kv_element_bytes, _requests_estimate, stated_heuristic
+from test_qwen3_kv import V12, _kv_element_bytes, _requests_estimate, stated_heuristic
 
 from backends.calibrate import load_published
 from backends.calibrate.scope import scored_only_reason
 from backends.profiles import Catalog
 
 CAT = Catalog.builtin()
-V12 = "trtllm-perf-overview-v12"
 # the page's table (NVIDIA/TensorRT-LLM 03e27c7d, docs/source/developer-guide/perf-overview.md,
 # "LLaMA v3.3 70B"): output tokens/s per GPU by ISL/OSL and column; empty cells are absent
 TABLE = {
