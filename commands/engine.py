@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.edge.app import create_app
 
     config = engine_config(load_config(args.config), args.deployment, args.replicas)
     updates: dict[str, Any] = {}

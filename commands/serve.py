@@ -3,7 +3,7 @@
 Everything that can fail fails before the banner: the config (and the command-line overrides)
 is validated, and the listening socket is bound, so a bad port or a busy one is a one-line
 error with exit status 2, never a banner followed by a failure or a hang. SIGTERM drains the
-gateway gracefully (``gateway.shutdown``).
+gateway gracefully (``gateway.edge.shutdown``).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.app import create_app
+    from gateway.edge.app import create_app
     from gateway.workers.server import serve
 
     config = configure(args)
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_workers(args: argparse.Namespace, config: Config) -> int:
     """``--workers N``: N processes on one port, each replica in exactly one of them."""
-    from gateway.app import create_app
+    from gateway.edge.app import create_app
     from gateway.workers import Supervisor, WorkersError
     from gateway.workers import describe as describe_workers
 

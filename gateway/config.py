@@ -19,8 +19,8 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator, model_
 from backends.config import PriceConfig, SimConfig, Strict
 
 from .cassettes.config import RecordConfig, ReplayConfig
-from .fault_kinds import Kind
 from .overlay import overlay
+from .pipeline.fault_kinds import Kind
 
 # the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
 # service_tier and Anthropic's speed
@@ -144,12 +144,12 @@ class AdminConfig(Strict):
 
 
 class RouteConfig(Strict):
-    """``[routes.MODEL]``: which tier serves each role (``gateway.roles``) for this model id.
+    """``[routes.MODEL]``: which tier serves each role (``gateway.pipeline.roles``) for this model id.
     ``standard`` is required; ``fast`` (absent: fast requests are served standard), ``flex``
     (absent: a 400) and any other role a protocol's vocabulary names (e.g. ``ultrafast =
     "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them.
 
-    A model id may also carry its *price era* and its words (``gateway.price_eras``): its own
+    A model id may also carry its *price era* and its words (``gateway.pipeline.price_eras``): its own
     list ``prices`` and a ``price_factor`` per role (Claude Opus 4.6's fast mode at 6x, Opus 5's
     at 2x, on the same tiers), the word each role is echoed as where the model differs from its
     protocol (``echo``: OpenAI's newer models echo ``fast``, older ones ``priority``), and, as
@@ -286,7 +286,7 @@ def _embedding_models() -> dict[str, EmbeddingModelConfig]:
 
 
 class EmbeddingsConfig(Strict):
-    """``[embeddings]``: the embedding pool (``gateway.embeddings``, docs/embeddings.md)."""
+    """``[embeddings]``: the embedding pool (``gateway.endpoints.embeddings``, docs/embeddings.md)."""
 
     hardware: str = "b200"
     chips: int = Field(1, gt=0)

@@ -93,7 +93,7 @@ class TokenStream(CountStream):
 
     def take(self) -> int:
         """Hand out the tokens due now: a multiple of ``interval`` (the events whose last token
-        exists), or at the end the remainder; 0 if none. The hot loop (``gateway.turn``) calls
+        exists), or at the end the remainder; 0 if none. The hot loop (``gateway.pipeline.turn``) calls
         this and ``ready`` itself, so an item costs no coroutine of its own."""
         seq = self.seq
         first = seq.first_step

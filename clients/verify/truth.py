@@ -1,4 +1,4 @@
-"""What the server did, per request, from its traces (``gateway.tracing``'s JSONL records).
+"""What the server did, per request, from its traces (``gateway.observe.tracing``'s JSONL records).
 
 Each record has Unix times for the request's arrival, each event's send (and its tokens), the
 first and the last byte. From those, per request, the figures a load generator reports — and

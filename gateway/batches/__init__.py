@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from ..admission import Gateway
+from ..pipeline.admission import Gateway
 from . import anthropic_api, openai_api
 from .service import Batches
 

@@ -18,12 +18,12 @@ import orjson
 from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
 
+from ..edge.json_response import json_response
+from ..edge.offload import parse_body
 from ..errors import APIError, bad_request
-from ..ids import new_id
-from ..json_response import json_response
-from ..offload import parse_body
-from ..ownership import Caller, caller
 from ..protocols import MESSAGES
+from ..stored.ids import new_id
+from ..stored.ownership import Caller, caller
 from .service import Batches, body_of
 from .store import CANCELED, DONE, ERRORED, EXPIRED, Batch
 

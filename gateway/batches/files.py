@@ -3,7 +3,7 @@
 ``POST /v1/files`` (multipart: ``file`` and ``purpose``), ``GET /v1/files``,
 ``GET /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``. A batch's
 results are files too (purpose ``batch_output``). Each file belongs to the key that made it
-(``gateway.ownership``): another key gets the 404 an unknown id gets; the admin key sees all.
+(``gateway.stored.ownership``): another key gets the 404 an unknown id gets; the admin key sees all.
 Files are kept in this process's memory (a mock's scratch space, bounded by ``[batches]
 max_file_bytes`` per file), so a gateway run with ``--workers`` serves them from the worker
 that took the upload only.
@@ -20,10 +20,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..edge.json_response import json_response
 from ..errors import APIError, bad_request
-from ..ids import new_id
-from ..json_response import json_response
-from ..ownership import Caller
+from ..stored.ids import new_id
+from ..stored.ownership import Caller
 
 PURPOSES = ("batch", "assistants", "fine-tune", "vision", "user_data", "evals")
 

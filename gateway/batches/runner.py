@@ -22,15 +22,15 @@ from typing import Any
 from backends.engine import Tier
 from backends.scheduler import FINISHED
 
-from ..admission import Gateway
+from ..edge.limits import check_request
 from ..errors import bad_request
-from ..ids import new_id
-from ..job import Job
-from ..limits import check_request
+from ..pipeline.admission import Gateway
+from ..pipeline.job import Job
+from ..pipeline.roles import STANDARD
 from ..protocols import CHAT, COMPLETIONS, RESPONSES, Protocol, RequestContext
-from ..response_store import ResponseStore
-from ..roles import STANDARD
 from ..state import COMPLETED
+from ..stored.ids import new_id
+from ..stored.response_store import ResponseStore
 
 BATCH_TIER = "batch"  # the ledger's tier for batch requests
 OPENAI_ENDPOINTS: dict[str, Protocol] = {

@@ -9,10 +9,10 @@ from typing import Any
 from backends.batch_pool import BatchPool
 from backends.engine import Tier
 
-from ..admission import Gateway
 from ..errors import APIError
-from ..ids import new_id
+from ..pipeline.admission import Gateway
 from ..protocols import Protocol
+from ..stored.ids import new_id
 from .files import FileStore
 from .runner import Prepared, prepare, settle, timed
 from .store import Batch, BatchStore, Entry

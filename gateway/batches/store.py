@@ -8,7 +8,7 @@ completion window ends) and then finalizes it: results are published (an output 
 OpenAI, ``results`` for Anthropic) and each finished request's ledger row is written, billed
 at the batch tier's prices. A cancel finalizes at once with the requests done so far (billed,
 as the providers bill them); the rest are cancelled. Batches belong to their key
-(``gateway.ownership``) and live in this process's memory, like their files.
+(``gateway.stored.ownership``) and live in this process's memory, like their files.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import APIError
-from ..ledger import job_row
-from ..ownership import Caller
 from ..state import StateBackend
+from ..stored.ledger import job_row
+from ..stored.ownership import Caller
 from .runner import Prepared
 
 # how a finished batch's request ended, by kind (OpenAI counts completed / failed, Anthropic

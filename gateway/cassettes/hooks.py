@@ -15,11 +15,11 @@ from typing import Any, Protocol
 from backends.engine import Tier
 
 from ..config import Config
-from ..engine_admission import EngineAdmission
-from ..job import Job
+from ..pipeline.engine_admission import EngineAdmission
+from ..pipeline.job import Job
+from ..pipeline.tickets import Admission
 from ..protocols.base import Encoder, RequestContext
 from ..protocols.base import Protocol as WireProtocol
-from ..tickets import Admission
 from .encoder import CassetteEncoder
 from .format import Redactor, load_hook
 from .library import Library, Wire, current
@@ -29,7 +29,7 @@ from .replay import ReplayAdmission, ReplayJob
 
 
 class TurnLike(Protocol):
-    """What the hooks read and set of a turn (``gateway.turn.Turn``)."""
+    """What the hooks read and set of a turn (``gateway.pipeline.turn.Turn``)."""
 
     protocol: WireProtocol
     req: Any

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..job import Job
+from ..pipeline.job import Job
 from ..protocols.events import Frames
 from ..state import COMPLETED, FAILED
 from .config import RecordConfig, secret_header

@@ -1,4 +1,4 @@
-"""The replay backend: an ``Admission`` (``gateway.tickets``) that serves recorded exchanges.
+"""The replay backend: an ``Admission`` (``gateway.pipeline.tickets``) that serves recorded exchanges.
 
 With ``--replay DIR`` every tier's backend is this one, so a replayed request goes through the
 one admission path like any other — authentication, routing, the context window, the key's
@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from backends.engine import Tier
 
-from ..engine_admission import EngineAdmission
+from ..edge.netem import network_time
 from ..errors import APIError
-from ..job import Job
-from ..netem import network_time
-from ..tickets import Ticket
+from ..pipeline.engine_admission import EngineAdmission
+from ..pipeline.job import Job
+from ..pipeline.tickets import Ticket
 from .config import ReplayConfig
 from .library import Library, Recording, current
 from .replay_stream import ReplayStream

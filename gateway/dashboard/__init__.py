@@ -16,8 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.responses import Response, StreamingResponse
 
+from ..edge.json_response import json_response
 from ..errors import APIError
-from ..json_response import json_response
 from .feed import Dashboard
 
 ASSETS = {

@@ -9,7 +9,7 @@ queue holds the latest one only), never slows the server.
 
 A snapshot: per pool, each replica's seats (ours, the other tenants', free) and its queue at the
 stop (ours and theirs), and the host lag its replicas slipped by over the last ``WINDOW_S``
-seconds (``gateway.host_lag``: time the machine, not the model, added to the streams); per tier,
+seconds (``gateway.observe.host_lag``: time the machine, not the model, added to the streams); per tier,
 output tokens/s, tokens/s per user and TTFT p50 over the window, its pool's host lag, requests
 and dollars billed (and dollars per hour at the current rate);
 the fleet: replicas per pool, moves under way, nodes paid, node-hours, the provider's cost and

@@ -1,11 +1,11 @@
 """Faults on demand: a header, config rules and an admin API make requests fail on purpose.
 
 ``spec`` defines the kinds and parses ``x-fastmode-fault``; ``injector`` decides (seeded) which
-fault a request gets and renders status faults as errors; the turn pipeline (``gateway.turn``)
+fault a request gets and renders status faults as errors; the turn pipeline (``gateway.pipeline.turn``)
 applies them, once for every protocol and both transports. See docs/reliability.md.
 """
 
-from ..fault_kinds import KINDS, STATUS_ANSWERS, STATUS_KINDS, STREAM_KINDS, Kind
+from ..pipeline.fault_kinds import KINDS, STATUS_ANSWERS, STATUS_KINDS, STREAM_KINDS, Kind
 from .injector import NAMESPACE, FaultInjector
 from .spec import HEADER, TEST_ID_HEADER, Fault, parse_header
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from ..config import FaultsConfig, ServerConfig
 from ..errors import APIError, retry_headers
-from ..fault_kinds import Kind
-from ..metrics import Metrics
+from ..observe.metrics import Metrics
+from ..pipeline.fault_kinds import Kind
 from ..state import StateBackend
 from .spec import HEADER, TEST_ID_HEADER, Fault, from_rule, parse_header
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import bad_request
-from ..fault_kinds import KINDS, Kind
-from ..key_ids import key_id
+from ..pipeline.fault_kinds import KINDS, Kind
+from ..stored.key_ids import key_id
 
 HEADER = "x-fastmode-fault"
 TEST_ID_HEADER = "x-fastmode-test-id"

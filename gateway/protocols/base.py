@@ -1,7 +1,7 @@
 """What a protocol plug-in is: a request schema, a translation to ``TurnRequest``, an encoder.
 
 Every front end (OpenAI Chat, OpenAI Responses over SSE and websocket, Anthropic Messages) is a
-``Protocol``. The shared turn pipeline (``gateway.turn``) runs admission, streaming, cancellation,
+``Protocol``. The shared turn pipeline (``gateway.pipeline.turn``) runs admission, streaming, cancellation,
 settlement and error mapping for all of them, so a feature that touches the turn is written once;
 a protocol only says how its wire format looks.
 
@@ -26,9 +26,9 @@ from starlette.responses import Response
 from backends.mockmodel import Generation, Piece
 
 from ..errors import APIError, bad_request
-from ..job import Job
-from ..request import TurnRequest
-from ..roles import Vocabulary
+from ..pipeline.job import Job
+from ..pipeline.request import TurnRequest
+from ..pipeline.roles import Vocabulary
 from .events import (
     EventBuffer,
     Frames,
@@ -45,7 +45,7 @@ from .events import (
 from .vocabulary import OPENAI_SERVICE_TIERS
 
 if TYPE_CHECKING:
-    from ..response_store import ResponseStore
+    from ..stored.response_store import ResponseStore
 
 
 
@@ -218,7 +218,7 @@ class Protocol(ABC):
     limit_prefix: ClassVar[str] = "anthropic-"  # rate-limit headers of the other provider
 
     def limit_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """The rate-limit headers in this protocol's names (``gateway.auth`` makes both)."""
+        """The rate-limit headers in this protocol's names (``gateway.pipeline.auth`` makes both)."""
         drop = self.limit_prefix
         return {k: v for k, v in headers.items() if not k.startswith(drop)}
 

@@ -11,7 +11,7 @@ A batch of tokens is then a slice. The reply is whole from admission on (the moc
 it), so encoding ahead changes nothing that is sent, only when the work is done; the buffer
 holds one run at a time, so memory does not grow with the reply. An encoder that ran ahead of
 the stream is rebuilt and replayed up to what was sent if the stream ends early
-(``gateway.turn``), so a ``failed`` or ``cancelled`` event carries what the client saw.
+(``gateway.pipeline.turn``), so a ``failed`` or ``cancelled`` event carries what the client saw.
 
 Grouping (``interval`` N > 1): tokens ``g*N .. g*N+N-1`` form group g; ``pieces`` merges
 consecutive tokens of one group that are of one kind (visible text, or the arguments of one tool

@@ -33,13 +33,13 @@ import httpx
 from prometheus_client import Counter
 
 from ..config import Config, RemoteConfig
+from ..edge.netem import network_time
 from ..errors import APIError, retry_headers
-from ..ids import new_id
-from ..job import Job
-from ..metrics import Metrics
-from ..netem import network_time
-from ..request import TurnRequest
-from ..tickets import ClientGone, Refused, Ticket
+from ..observe.metrics import Metrics
+from ..pipeline.job import Job
+from ..pipeline.request import TurnRequest
+from ..pipeline.tickets import ClientGone, Refused, Ticket
+from ..stored.ids import new_id
 from .http import Pool, ReadTimeout, UpstreamError
 from .http import Response as UpstreamResponse
 from .pool import Upstream, UpstreamPool, _PoolCollector
@@ -160,7 +160,7 @@ class RemoteTiers:
                         "upstreams": len(p.upstreams)} for name, p in self.pools.items()}
         return {"ready": all(t["in_rotation"] > 0 for t in tiers.values()), "tiers": tiers}
 
-    # -- admission (``gateway.tickets.Admission``) ---------------------------------------------
+    # -- admission (``gateway.pipeline.tickets.Admission``) ---------------------------------------------
 
     async def admit(self, ticket: Ticket) -> RemoteJob:
         """The ticket's request on an upstream of its tier, retried across upstreams until

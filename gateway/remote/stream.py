@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 from backends.drivers.token_stream import CountStream
 from backends.scheduler import CANCELLED, DECODE, FINISHED, WAITING
 
-from ..job import Job
+from ..pipeline.job import Job
 from .http import Response, UpstreamError
 from .translate import ChunkReader, LiveReply, UpstreamFailed, usage_counts
 

@@ -24,8 +24,8 @@ from backends.mockmodel import REASONING, Piece, Reasoning, ToolCall
 from backends.tokenizer import tokenize
 
 from ..errors import APIError
+from ..pipeline.request import TurnRequest
 from ..protocols.openai_responses.items import COMPACTED_CALLS
-from ..request import TurnRequest
 
 DONE = b"[DONE]"
 # Responses content parts and Anthropic blocks that carry text, in Chat's part vocabulary

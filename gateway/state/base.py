@@ -13,7 +13,7 @@ Four kinds of state, each with the consistency it needs and no more:
   ``take_all`` takes an amount from each of several buckets (a key's requests, tokens, input
   and output tokens of one tier) all or nothing, atomically: two concurrent requests never both
   spend the same tokens, and a request refused by one bucket spends nothing from the others.
-  A turn awaits ``take_all_async`` just before admission (``gateway.ratelimit``): the
+  A turn awaits ``take_all_async`` just before admission (``gateway.pipeline.ratelimit``): the
   single-process backend answers from memory at once (``take_all``, synchronous, no I/O);
   Redis runs one script over all the buckets on its asyncio client: one round trip per
   request, bounded by ``[state] timeout_s``, never blocking the event loop
@@ -29,7 +29,7 @@ Four kinds of state, each with the consistency it needs and no more:
   ``cached_response`` is the synchronous, memory-only read that request translation uses after
   the pipeline awaited ``get_response`` (a miss there is a true miss).
   Each keeps its owner (the key id of the key that made it) in its stored form; the backends
-  return it as stored, and ``gateway.response_store`` (the one layer above every backend)
+  return it as stored, and ``gateway.stored.response_store`` (the one layer above every backend)
   shows an object only to its owner.
 * **settings** (fault rules, admin switches) — small JSON values keyed by
   ``(namespace, scope, name)``; ``scope`` is e.g. a test id so parallel tests don't see each
@@ -282,7 +282,7 @@ class StateBackend(ABC):
 
     async def reload_response(self, rid: str) -> StoredResponse | None:
         """``get_response`` past this process's memory: for a response another process is
-        still updating (a background response's status, ``gateway.background``)."""
+        still updating (a background response's status, ``gateway.endpoints.background``)."""
         cache = getattr(self, "_cache", None)
         if isinstance(cache, ResponseCache):
             cache.pop(rid, None)

@@ -3,7 +3,7 @@
 Stored responses (``StateBackend.put_response``) are read by id only. An API with a list
 endpoint (stored Chat Completions: ``GET /v1/chat/completions``) also needs every object of one
 owner, in creation order; that is this collection, over the same backend (SQLite file or
-Redis) and with the same owner field (``gateway.ownership``: a key id, None with auth off).
+Redis) and with the same owner field (``gateway.stored.ownership``: a key id, None with auth off).
 It lives beside the backends rather than in them: it uses their connection and nothing else.
 
 Contract (as stored responses'):
@@ -16,7 +16,7 @@ Contract (as stored responses'):
 * objects age out as stored responses do: SQLite keeps the newest ``kept`` per kind, Redis
   entries expire after the backend's ``response_ttl_s``.
 
-The caller's view (who may see what) is ``gateway.stored_chat``'s, above this layer.
+The caller's view (who may see what) is ``gateway.stored.stored_chat``'s, above this layer.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from ..admission import Gateway, shutting_down
+from ..edge.shutdown import Shutdown
 from ..errors import APIError, bad_request
-from ..shutdown import Shutdown
+from ..pipeline.admission import Gateway, shutting_down
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket

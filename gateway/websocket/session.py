@@ -1,6 +1,6 @@
 """One websocket connection in Responses WebSocket mode: frames in, lanes of turns, events out.
 
-Each turn runs through the same ``Turn`` pipeline as the HTTP routes (``gateway.turn``); this
+Each turn runs through the same ``Turn`` pipeline as the HTTP routes (``gateway.pipeline.turn``); this
 module adds only what a persistent connection needs: lanes, cancellation, limits and framing.
 Faults apply per turn (the upgrade's ``x-fastmode-fault`` header, admin and config rules): a
 status fault is an ``error`` event with that status; ``cut`` closes the socket (1011) mid-turn.
@@ -19,20 +19,20 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket
 
-from ..admission import Gateway
+from ..edge.netem import NetworkModel, network_time
+from ..edge.offload import checked, counted, off_loop, parse_frame
+from ..edge.shutdown import Shutdown
+from ..edge.turn_http import RAW_SEND
 from ..errors import APIError, bad_request
-from ..job import Job
-from ..netem import NetworkModel, network_time
-from ..offload import checked, counted, off_loop, parse_frame
-from ..ownership import Caller
+from ..pipeline.admission import Gateway
+from ..pipeline.job import Job
+from ..pipeline.turn import Turn, internal_error
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
-from ..response_store import ConnectionStore, ResponseStore
-from ..shutdown import Shutdown
 from ..state import FAILED
-from ..turn import Turn, internal_error
-from ..turn_http import RAW_SEND
+from ..stored.ownership import Caller
+from ..stored.response_store import ConnectionStore, ResponseStore
 from .life import ConnectionLife, limit_error
 
 log = logging.getLogger("fastmode.websocket")
@@ -367,7 +367,7 @@ class Session(ConnectionLife):
         send = raw or self.ws.send
 
         def push(start: int, count: int, lead: Frames | None) -> Coroutine[Any, Any, None]:
-            """Push mode (``gateway.push``): the send of these tokens' events (after ``lead``),
+            """Push mode (``gateway.pipeline.push``): the send of these tokens' events (after ``lead``),
             which the engine's step runs; one event (the usual case) is the server's send
             itself."""
             events = texts(start, count)

@@ -10,8 +10,8 @@ import uvicorn
 from uvicorn.config import LOG_LEVELS
 
 from ..config import Config
-from ..connections import GatewayHttp
-from ..shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
+from ..edge.connections import GatewayHttp
+from ..edge.shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
 from ..websocket import MAX_FRAME_BYTES
 
 

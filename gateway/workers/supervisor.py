@@ -101,7 +101,7 @@ def _worker(config_json: str, index: int, sockets: list[str], host: str, port: i
             log_level: str) -> None:
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
     watch_parent()
-    from ..app import create_app
+    from ..edge.app import create_app
     from .aggregate import WorkerMetrics
     from .server import serve
 

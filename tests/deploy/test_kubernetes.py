@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from commands import build_parser
-from gateway.app import create_app
 from gateway.config import load_config
+from gateway.edge.app import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

@@ -22,8 +22,8 @@ from test_remote import serve
 from websockets.asyncio.client import connect
 
 from backends.engine import build
-from gateway.app import create_app
 from gateway.config import Config
+from gateway.edge.app import create_app
 from gateway.engine_config import engine_config
 
 USER = [{"role": "user", "content": "Tell me about the sea in two sentences."}]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import Authenticator
 from gateway.config import ApiKey, AuthConfig, TierLimit
 from gateway.errors import APIError
+from gateway.pipeline.auth import Authenticator
 from gateway.state import SQLiteState
 
 

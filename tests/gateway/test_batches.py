@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from backends.batch_pool import BatchPool
-from gateway.app import create_app
 from gateway.config import load_config
+from gateway.edge.app import create_app
 
 KEYS = '[auth]\nenabled = true\n[[auth.keys]]\nkey = "ka"\n[[auth.keys]]\nkey = "kb"\n'
 

@@ -22,12 +22,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from gateway import protocols
-from gateway.app import create_app
 from gateway.config import Config, default_config_text, load_config
-from gateway.host_lag import WARN_EVERY_S, HostLag
+from gateway.edge.app import create_app
+from gateway.observe.host_lag import WARN_EVERY_S, HostLag
+from gateway.pipeline.turn import Turn
 from gateway.protocols.base import RequestContext
 from gateway.state import COMPLETED
-from gateway.turn import Turn
 
 STALL = 0.25
 TOKENS = 200
@@ -159,7 +159,7 @@ async def test_the_warning_comes_at_most_once_a_minute(app: Any,
 def test_the_warning_summarises_the_slips_since_the_last_one() -> None:
     """With a clock of its own: a warning at the first slip, none within a minute, then one
     that counts what happened in between, per tier."""
-    from gateway.metrics import Metrics
+    from gateway.observe.metrics import Metrics
 
     now = [0.0]
     spark = SimpleNamespace(name="spark", deployment=SimpleNamespace(name="spark"))

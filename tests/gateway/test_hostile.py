@@ -21,8 +21,9 @@ from test_openai_sdk import USER
 
 from backends.mockmodel import CUE_CHARS, cue_text
 from backends.tokenizer import CHUNK_TOKENS
-from gateway import offload, protocols
-from gateway.app import create_app
+from gateway import protocols
+from gateway.edge import offload
+from gateway.edge.app import create_app
 
 
 @pytest.fixture
@@ -227,7 +228,7 @@ json_docs = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(json_docs, st.integers(1, 4))
 def test_values_are_counted_outside_strings(doc: Any, chunk: int) -> None:
-    from gateway import limits
+    from gateway.edge import limits
 
     raw = orjson.dumps(doc)
     exact = _marks(doc)

@@ -1,4 +1,4 @@
-"""The model endpoints' lane (``gateway.lane``): past the framework, the same answers.
+"""The model endpoints' lane (``gateway.edge.lane``): past the framework, the same answers.
 
 A POST to a model endpoint no longer goes through Starlette's and FastAPI's layers; what those
 layers did for it must still happen: an error the endpoint does not catch is logged and
@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import turn as turn_module
-from gateway.app import create_app
 from gateway.config import Config, default_config_text, load_config
+from gateway.edge.app import create_app
+from gateway.pipeline import turn as turn_module
 
 CHAT = {"model": "frontier", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 MESSAGES = {"model": "frontier", "max_tokens": 5,

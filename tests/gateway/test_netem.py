@@ -7,7 +7,7 @@ import pytest
 from backends.drivers import Arrival, VirtualDriver
 from backends.engine import build
 from gateway.config import load_config
-from gateway.netem import (
+from gateway.edge.netem import (
     KEEPALIVE_IDLE_S,
     ConnectionTracker,
     NetemMiddleware,

@@ -25,8 +25,8 @@ import openai
 import pytest
 from test_remote import aclient, serve, topo  # noqa: F401 - topo: a fixture
 
-from gateway.app import create_app
 from gateway.config import Config, default_config_text
+from gateway.edge.app import create_app
 
 OURS = ("gateway", "backends")
 

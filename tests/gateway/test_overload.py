@@ -23,13 +23,13 @@ from backends.engine import build
 from backends.free_slot import free_slot_in
 from backends.mockmodel import GenerationRequest
 from backends.scheduler import Scheduler
-from gateway.app import create_app
 from gateway.config import load_config
+from gateway.edge.app import create_app
 from gateway.errors import APIError
-from gateway.overflow import QueueModel
+from gateway.pipeline.overflow import QueueModel
+from gateway.pipeline.request import TurnRequest
+from gateway.pipeline.turn import Turn
 from gateway.protocols import CHAT, RequestContext
-from gateway.request import TurnRequest
-from gateway.turn import Turn
 
 SMALL_QUEUE = """
 [deployments.std]

@@ -1,4 +1,4 @@
-"""Push mode (``gateway.push``): token events written from the engine's step, in process.
+"""Push mode (``gateway.pipeline.push``): token events written from the engine's step, in process.
 
 What must hold: the same bytes as the turn's own loop, each event handed over in the step that
 produced its last token; a write that has to wait (a slow reader) hands the stream back to the
@@ -22,12 +22,12 @@ import pytest
 from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
 
 from gateway import protocols
-from gateway.app import create_app
+from gateway.edge.app import create_app
 from gateway.errors import APIError
+from gateway.pipeline.push import SENT, WriteFailed, finish_send, start_send
+from gateway.pipeline.turn import Turn
 from gateway.protocols.base import RequestContext
-from gateway.push import SENT, WriteFailed, finish_send, start_send
 from gateway.state import CUT
-from gateway.turn import Turn
 
 CHAT = BODIES["/v1/chat/completions"]
 

@@ -1,4 +1,4 @@
-"""Push mode (``gateway.push``) when the turn's task is cancelled: the client left, a websocket
+"""Push mode (``gateway.pipeline.push``) when the turn's task is cancelled: the client left, a websocket
 ``response.cancel``, the watchdog.
 
 A cancellation reaches the turn's task while it awaits push mode's future, and the task runs
@@ -25,7 +25,7 @@ import pytest
 from test_push import busy, started
 from test_stream_interval import config
 
-from gateway.app import create_app
+from gateway.edge.app import create_app
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from test_ws import connect, turn
 
 from backends.mockmodel import REASONING
 from backends.tokenizer import tokenize
-from gateway.app import create_app
 from gateway.config import Config
+from gateway.edge.app import create_app
 from gateway.engine_config import engine_config
 from gateway.remote.translate import ChunkReader, LiveReply, reply_from_completion
 

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.app import create_app
 from gateway.config import Config, ConfigError, default_config_text, load_config
+from gateway.edge.app import create_app
 from gateway.engine_config import engine_config
 from gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
 

@@ -14,8 +14,8 @@ import openai
 import pytest
 from test_remote import aclient, gw_metric, topo  # noqa: F401
 
+from gateway.pipeline.request import TurnRequest
 from gateway.remote import upstream_payload
-from gateway.request import TurnRequest
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

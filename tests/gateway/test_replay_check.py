@@ -12,9 +12,9 @@ import pytest
 from replay_session import CHAT_STREAM, post, recording_locally, replaying, sse_data, steady
 
 from commands import main
-from gateway.app import create_app
 from gateway.cassettes.library import CassetteError
 from gateway.cassettes.replay_stream import ReplayStream
+from gateway.edge.app import create_app
 
 
 def test_the_replay_stream_hands_each_event_out_at_its_time_on_a_virtual_clock() -> None:

@@ -164,7 +164,7 @@ async def test_an_upstream_failure_mid_stream_replays_as_recorded(tmp_path) -> N
     from replay_session import config
     from test_remote import Fake, serve
 
-    from gateway.app import create_app
+    from gateway.edge.app import create_app
 
     fake = Fake()
     fake.mode = "die"

@@ -21,10 +21,10 @@ import websockets
 from conftest import quick_config_text
 
 from backends.mockmodel import GenerationRequest
-from gateway.app import create_app
 from gateway.config import load_config
+from gateway.edge.app import create_app
+from gateway.pipeline.request import TurnRequest
 from gateway.protocols.vocabulary import ANTHROPIC_SPEEDS, OPENAI_SERVICE_TIERS
-from gateway.request import TurnRequest
 
 USER = [{"role": "user", "content": "Name three rivers of France."}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

@@ -17,10 +17,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from gateway import protocols
-from gateway.app import create_app
 from gateway.config import Config, default_config_text, load_config
+from gateway.edge.app import create_app
+from gateway.pipeline.turn import Turn
 from gateway.protocols.base import RequestContext
-from gateway.turn import Turn
 
 PROMPT = "interval test: stream the fixed reply"
 REPLY = ("Continuous batching keeps every slot of the engine busy: when one sequence ends, "

@@ -13,9 +13,9 @@ import pytest
 
 from backends.engine import build
 from backends.mockmodel import GenerationRequest
-from gateway.app import create_app
 from gateway.config import Config, load_config
-from gateway.request import TurnRequest
+from gateway.edge.app import create_app
+from gateway.pipeline.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01"}

@@ -15,9 +15,9 @@ from test_openai_sdk import small
 
 from backends.mockmodel import GenerationRequest
 from gateway import protocols
-from gateway.app import create_app
 from gateway.config import Config, load_config
-from gateway.request import TurnRequest
+from gateway.edge.app import create_app
+from gateway.pipeline.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 

@@ -16,10 +16,10 @@ import orjson
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import messages_prefix
 from ...errors import APIError, bad_request
-from ...job import Job
-from ...request import TurnRequest
+from ...pipeline.caching import messages_prefix
+from ...pipeline.job import Job
+from ...pipeline.request import TurnRequest
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import strict_tools, structured
 from ..sealed import thinking_is_ours

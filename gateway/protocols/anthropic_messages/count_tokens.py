@@ -16,10 +16,10 @@ from fastapi import FastAPI, Request
 from pydantic import Field
 from starlette.responses import Response
 
+from ...edge.limits import check_request
+from ...edge.offload import counted, off_loop, parse_body
 from ...errors import APIError
-from ...ids import new_id
-from ...limits import check_request
-from ...offload import counted, off_loop, parse_body
+from ...stored.ids import new_id
 from ..base import RequestContext, validate
 from . import MessagesProtocol
 from .schema import MessagesRequest
@@ -34,7 +34,7 @@ class CountTokensRequest(MessagesRequest):
 
 def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, fast: bool,
            store: Any) -> int:
-    """Parse, check, validate and count (off the loop for a large body, ``gateway.offload``)."""
+    """Parse, check, validate and count (off the loop for a large body, ``gateway.edge.offload``)."""
     body = parse_body(raw, gateway.config.limits)
     check_request("messages", body, gateway.config.limits)
     body.setdefault("max_tokens", 1)  # not part of this endpoint's body
@@ -62,7 +62,7 @@ async def count_tokens(request: Request) -> Response:
 
 
 def add_routes(app: FastAPI, openapi_extra: dict[str, Any] | None = None) -> None:
-    """``openapi_extra``: the request body as ``/openapi.json`` shows it (``gateway.app``)."""
+    """``openapi_extra``: the request body as ``/openapi.json`` shows it (``gateway.edge.app``)."""
     for prefix in ("/v1", "/fast/v1"):
         app.add_api_route(prefix + "/messages/count_tokens", count_tokens, methods=["POST"],
                           openapi_extra=openapi_extra)

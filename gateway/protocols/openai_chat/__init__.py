@@ -7,11 +7,11 @@ from typing import Any
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_prefix
 from ...errors import bad_request
-from ...job import Job
-from ...request import TurnRequest
-from ...stored_chat import StoredChats, check_metadata
+from ...pipeline.caching import chat_prefix
+from ...pipeline.job import Job
+from ...pipeline.request import TurnRequest
+from ...stored.stored_chat import StoredChats, check_metadata
 from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from ..images import check_images

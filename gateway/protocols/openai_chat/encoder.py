@@ -19,7 +19,7 @@ import orjson
 from backends.mockmodel import REASONING
 
 from ...errors import APIError
-from ...job import Job
+from ...pipeline.job import Job
 from ..base import Encoder
 from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS

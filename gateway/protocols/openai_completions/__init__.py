@@ -5,7 +5,7 @@ request: a string, a list holding one string, or token ids (a list of integers, 
 holding one such list; the mock has no vocabulary, so token ids count as prompt tokens and the
 model sees no text). ``echo`` puts the prompt text before the reply; ``ignore_eos`` makes the
 reply exactly ``max_tokens`` long. Prompt caching follows OpenAI's automatic rule at token
-level: the prompt's 128-token chunks from 1,024 tokens on (``gateway.caching``).
+level: the prompt's 128-token chunks from 1,024 tokens on (``gateway.pipeline.caching``).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 from backends.mockmodel import GenerationRequest
 from backends.tokenizer import count_tokens
 
-from ...caching import text_prefix
 from ...errors import bad_request
-from ...job import Job
-from ...request import TurnRequest
+from ...pipeline.caching import text_prefix
+from ...pipeline.job import Job
+from ...pipeline.request import TurnRequest
 from ..base import Protocol, RequestContext
 from .encoder import CompletionsEncoder, completion_usage
 from .schema import CompletionsRequest

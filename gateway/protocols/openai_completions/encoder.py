@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from ...errors import APIError
-from ...job import Job
+from ...pipeline.job import Job
 from ..base import Encoder
 from ..events import Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS

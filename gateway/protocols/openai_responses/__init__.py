@@ -11,12 +11,12 @@ from typing import Any
 from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from backends.tokenizer import count_chat_prompt
 
-from ...caching import chat_prefix
+from ...endpoints.responses_api import stored_body
 from ...errors import bad_request
-from ...job import Job
-from ...request import TurnRequest
-from ...response_store import StoredResponse
-from ...responses_api import stored_body
+from ...pipeline.caching import chat_prefix
+from ...pipeline.job import Job
+from ...pipeline.request import TurnRequest
+from ...stored.response_store import StoredResponse
 from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from .encoder import ResponsesEncoder, responses_usage

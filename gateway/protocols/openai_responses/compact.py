@@ -7,7 +7,7 @@ messages, tool calls and outputs, reasoning). A later ``POST /v1/responses`` (SS
 takes the window as ``input``, and the compaction item costs the tokens of its summary instead
 of those of the items it replaced: that is what compaction saves.
 
-The compaction pass is a turn like any other (the one pipeline, ``gateway.turn``): the key's
+The compaction pass is a turn like any other (the one pipeline, ``gateway.pipeline.turn``): the key's
 limits, the tier's engine (it prefills the conversation and decodes the summary: its latency
 and its price are modeled), faults, the ledger. The summary is ``SUMMARY_SHARE`` of the
 compacted items' tokens, between ``SUMMARY_MIN`` and ``SUMMARY_MAX`` tokens (fastmode's
@@ -25,10 +25,10 @@ from pydantic import Field
 from backends.mockmodel import GenerationRequest
 from backends.tokenizer import REPLY_PRIMING, count_chat_prompt
 
-from ...caching import chat_units, openai_prefix
 from ...errors import APIError
-from ...job import Job
-from ...request import TurnRequest
+from ...pipeline.caching import chat_units, openai_prefix
+from ...pipeline.job import Job
+from ...pipeline.request import TurnRequest
 from ..base import Encoder, Lenient, Protocol, RequestContext
 from ..events import Frames
 from ..openai_chat.schema import ServiceTier

@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from ...errors import APIError
-from ...job import Job
+from ...pipeline.job import Job
 from ..base import Encoder
 from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS

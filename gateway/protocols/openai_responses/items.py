@@ -18,7 +18,7 @@ from ..images import check_images
 from ..sealed import compaction_payload, reasoning_is_ours
 
 if TYPE_CHECKING:
-    from ...response_store import ResponseStore, StoredResponse
+    from ...stored.response_store import ResponseStore, StoredResponse
 
 ROLES = ("user", "assistant", "system", "developer")
 # an expanded compaction item's tool calls that later outputs may still answer (internal key:

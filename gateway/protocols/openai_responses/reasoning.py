@@ -24,7 +24,7 @@ from typing import Any
 
 from backends.tokenizer import tokenize
 
-from ...token_source import Reply
+from ...pipeline.token_source import Reply
 from ..events import Frames
 from ..sealed import reasoning_content
 

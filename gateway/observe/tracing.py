@@ -1,0 +1,158 @@
+"""Ground truth per request: when the server got a request and when it sent each event.
+
+Load generators measure a server from outside; fastmode knows from inside when each byte left,
+so it can be the reference they are checked against (``fastmode verify``, docs/verify.md). A
+traced request keeps, in the event loop's clock (the clock the engine's modeled times are in):
+
+* ``arrival`` — the request's body was read (HTTP) or its ``response.create`` frame (websocket);
+* for each event written: its modeled due time (the engine's time of the event's last token;
+  ``None`` for events with no tokens: the opening, the closing), the time the write was handed to
+  the transport (the loop clock when the turn's task yields the event to its writer, or when the
+  engine's step writes it in push mode), and its token count;
+* ``first byte`` and ``last byte`` — the first and the last event handed to the transport.
+
+Times are ``time.monotonic()``: the clock of the event loop and of the engine's modeled times
+(uvloop's ``loop.time()`` reads the same clock cut to whole milliseconds, too coarse for the gaps
+between events of a fast tier). The cost is one ``is not None`` per event when a request is not traced and one list append per
+*event* (never per token) when it is. Tracing is opt-in per request (``x-fastmode-trace: 1``) or
+for every request (``fastmode serve --trace``); finished traces go to a bounded ring (the last
+``server.trace_keep``) and, optionally, to a JSONL file (``--trace-file``). ``GET
+/v1/fastmode/traces`` serves the ring as JSONL, each record visible only to the key that made it
+(``gateway.stored.ownership``), like any stored object.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..stored.ownership import Caller
+
+log = logging.getLogger("fastmode.tracing")
+
+TRACE_HEADER = "x-fastmode-trace"
+# the id each protocol's body carries, from the server's request id (the encoders' rule)
+RESPONSE_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "resp_",
+                   "messages": "msg_"}
+CLIENT_ID_HEADERS = ("x-request-id", "x-client-request-id")
+_ON = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(slots=True)
+class Trace:
+    """One request's timeline, in monotonic seconds (``epoch`` converts them to Unix time)."""
+
+    request_id: str  # the server's id of the request (``x-request-id`` it answers with)
+    client_request_id: str | None  # the id the client sent (x-request-id / x-client-request-id)
+    protocol: str
+    transport: str
+    arrival: float
+    epoch: float  # Unix time minus loop time when the trace began
+    owner: str | None = None  # the key id that made it (None: auth off)
+    response_id: str | None = None  # the id in the body (chatcmpl-…, resp_…, msg_…)
+    model: str = ""
+    role: str = ""
+    tier: str = ""
+    status: int = 0
+    # (due or None, handed to the transport, tokens) per event, in the order written
+    events: list[tuple[float | None, float, int]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    seq: int = 0  # the ring's order, set when the trace is kept
+
+    def event(self, due: float | None, sent: float, tokens: int) -> None:
+        self.events.append((due, sent, tokens))
+
+    def admitted(self, job: Any) -> None:
+        """What admission decided: the ids the client sees, the model, role and tier."""
+        self.request_id = job.id
+        prefix = RESPONSE_PREFIX.get(self.protocol)
+        self.response_id = job.id.replace("req-", prefix) if prefix else job.id
+        self.model, self.role, self.tier = job.model, job.role.name, job.tier.name
+        self.prompt_tokens = job.prompt_tokens
+        self.owner = job.principal.id if job.principal is not None else None
+
+    def whole(self, job: Any, sent: float) -> None:
+        """A non-streamed answer: one write of every token (due: the last token's time)."""
+        n = job.stream.delivered
+        self.event(job.stream.last_at if n else None, sent, n)
+
+    def record(self) -> dict[str, Any]:
+        """The JSONL record: Unix seconds, and the derived figures a tool's metrics are
+        compared with (TTFT from the first event that carries tokens, not the role chunk)."""
+        e = self.epoch
+        events = self.events
+        tokens = [ev for ev in events if ev[2]]
+        first_byte = events[0][1] if events else None
+        last_byte = events[-1][1] if events else None
+        first_token = tokens[0][1] if tokens else None
+        last_token = tokens[-1][1] if tokens else None
+        out = sum(ev[2] for ev in tokens)
+        return {
+            "seq": self.seq,
+            "request_id": self.request_id,
+            "client_request_id": self.client_request_id,
+            "response_id": self.response_id,
+            "protocol": self.protocol,
+            "transport": self.transport,
+            "model": self.model,
+            "role": self.role,
+            "tier": self.tier,
+            "status": self.status,
+            "arrival": self.arrival + e,
+            "first_byte": None if first_byte is None else first_byte + e,
+            "first_token": None if first_token is None else first_token + e,
+            "last_token": None if last_token is None else last_token + e,
+            "last_byte": None if last_byte is None else last_byte + e,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": out,
+            "token_events": len(tokens),
+            "events": [{"due": None if d is None else d + e, "sent": s + e, "tokens": n}
+                       for d, s, n in events],
+        }
+
+
+class Traces:
+    """The ring of finished traces (and the optional JSONL file they are appended to)."""
+
+    def __init__(self, trace_all: bool = False, keep: int = 1000, path: str = "") -> None:
+        self.trace_all = trace_all
+        self.ring: deque[Trace] = deque(maxlen=max(1, keep))
+        self.path = path
+        self._seq = itertools.count(1)
+
+    def begin(self, headers: Mapping[str, str], request_id: str, protocol: str,
+              transport: str, arrival: float | None = None) -> Trace | None:
+        """A trace for this request if it is traced (``--trace`` or its header), else None:
+        the per-request cost of tracing off is this one header look-up."""
+        if not self.trace_all and headers.get(TRACE_HEADER, "").lower() not in _ON:
+            return None
+        now = time.monotonic()
+        client = next((v for h in CLIENT_ID_HEADERS if (v := headers.get(h))), None)
+        return Trace(request_id, client, protocol, transport,
+                     now if arrival is None else arrival, time.time() - now)
+
+    def keep(self, trace: Trace) -> None:
+        """A finished trace: into the ring (the oldest drops out) and the file; once."""
+        if trace.seq:
+            return
+        trace.seq = next(self._seq)
+        self.ring.append(trace)
+        if self.path:
+            try:
+                with open(self.path, "ab") as f:
+                    f.write(orjson.dumps(trace.record()) + b"\n")
+            except OSError:
+                log.exception("cannot append to the trace file %s", self.path)
+
+    def since(self, seq: int, caller: Caller) -> Iterator[Trace]:
+        """The kept traces after ``seq`` that ``caller`` may see, oldest first."""
+        for trace in list(self.ring):
+            if trace.seq > seq and caller.may_see(trace.owner):
+                yield trace

@@ -1,0 +1,33 @@
+"""The one internal request that every protocol translates its wire request into.
+
+Chat Completions, the Responses API (over SSE and over the websocket) and Anthropic Messages
+differ in field names and shapes, not in what the gateway must know to serve a turn: this
+dataclass is that knowledge, named. Admission, streaming and settlement read only this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.mockmodel import GenerationRequest
+from backends.prefix_cache import PrefixKey
+
+
+@dataclass
+class TurnRequest:
+    model: str
+    # the role asked for (``gateway.pipeline.roles``): standard, fast, flex, ... from the protocol's
+    # vocabulary (service_tier, speed, the /fast/v1 path); never a tier's name
+    role: str
+    generation: GenerationRequest  # what the mock model reads (messages, tools, seed, ...)
+    prompt_tokens: int
+    max_tokens: int | None  # the request's cap; None: the server default within the window
+    stream: bool
+    authorization: str | None = None  # "Bearer KEY" (Anthropic's x-api-key is mapped to it)
+    cached_tokens: int = 0  # prefix already in the KV cache (a continued response)
+    # the conversation as chat messages, for protocols that store it to continue later
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    # the request field that asked for reasoning, named by a 400 on a model that does not reason
+    reasoning_param: str = "reasoning_effort"
+    prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
