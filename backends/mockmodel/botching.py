@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .request import BOTCH_KINDS, QualityProfile, ToolCall, ToolSpec
@@ -61,17 +62,17 @@ def botch(
         return call
     kind = rng.choices(list(weights), weights=list(weights.values()))[0]
     if kind == "malformed_json":
-        return ToolCall(call.id, call.name, _malform(call.arguments, rng), kind)
+        return replace(call, arguments=_malform(call.arguments, rng), botched=kind)
     if kind == "unknown_tool":
-        return ToolCall(call.id, _wrong_name(tool.name, tools, rng), call.arguments, kind)
+        return replace(call, name=_wrong_name(tool.name, tools, rng), botched=kind)
     if kind == "missing_required":
         victim = rng.choice(required)
         dropped = {k: v for k, v in arguments.items() if k != victim}
-        return ToolCall(call.id, call.name, dumps(dropped), kind)
+        return replace(call, arguments=dumps(dropped), botched=kind)
     props = object_schema(tool.parameters).get("properties") or {}
     unused = [(k, v) for k, v in _INVENTED if k not in props and k not in arguments]
     name, value = rng.choice(unused) if unused else ("extra_argument_x", 1)
-    return ToolCall(call.id, call.name, dumps({**arguments, name: value}), kind)
+    return replace(call, arguments=dumps({**arguments, name: value}), botched=kind)
 
 
 def _malform(text: str, rng: random.Random) -> str:

@@ -64,7 +64,7 @@ def finish_tool_calls(calls: Sequence[ToolCall], cap: int | None) -> Generation:
             if room <= 0 and kept:
                 break
             tokens = tokens[: max(room, 0)]
-            call = ToolCall(call.id, call.name, "".join(tokens), call.botched)
+            call = dataclasses.replace(call, arguments="".join(tokens))
         pieces.extend(Piece(t, k) for t in tokens)
         kept.append(call)
         if finish == "length":

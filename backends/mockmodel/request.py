@@ -15,13 +15,23 @@ TEXT = -1  # ``Piece.tool`` of a token of the visible text
 REASONING = -2  # ``Piece.tool`` of a reasoning token (thinking before the visible reply)
 
 
+FUNCTION = "function"  # ``ToolSpec.kind``: arguments are a JSON object fitting ``parameters``
+CUSTOM = "custom"  # a freeform tool (Responses ``custom``, e.g. ``apply_patch``): raw text input
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
-    """A function the model may call; ``parameters`` is its JSON schema (an object schema)."""
+    """A tool the model may call: a function (``parameters`` is its JSON schema, an object
+    schema) or a freeform ``custom`` tool whose input is raw text (``grammar``, if any, is the
+    Lark or regex definition the text must follow). ``namespace`` is the group a Responses
+    ``namespace`` tool declared it in: the call is echoed back in it."""
 
     name: str
     description: str = ""
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    kind: str = FUNCTION
+    namespace: str = ""
+    grammar: str = ""
 
     @classmethod
     def from_wire(cls, tool: Mapping[str, Any]) -> ToolSpec:
@@ -117,8 +127,10 @@ class ToolCall:
 
     id: str
     name: str
-    arguments: str
+    arguments: str  # a custom tool's call: its raw input text
     botched: str | None = None  # which BOTCH_KINDS mistake was made, None if none
+    kind: str = FUNCTION  # CUSTOM: a freeform tool's call (Responses ``custom_tool_call``)
+    namespace: str = ""  # the Responses namespace the called tool was declared in
 
 
 @dataclass(frozen=True, slots=True)
