@@ -7,6 +7,7 @@ laid over it (``gateway.overlay``): it says only what differs.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import tomllib
@@ -316,9 +317,20 @@ class BatchesConfig(Strict):
     max_stored_bytes: int = Field(1024**3, gt=0)  # all files kept in memory: uploads refused past it
 
 
+class RoutePattern(Strict):
+    """``[[route_patterns]]``: model ids no ``[routes.ID]`` names, served as a named route when
+    they match a glob (``fnmatch``: ``*`` any run of characters, ``?`` one, ``[…]`` a set;
+    case-sensitive). The first pattern that matches wins, so a client's next release (a new
+    ``claude-*`` or ``gpt-*`` id) is served without a config change."""
+
+    match: str = Field(min_length=1)  # e.g. "*-codex-spark", "claude-*haiku*", "gpt-*"
+    like: str  # the [routes.ID] it is served and billed as (its tiers, prices and words)
+
+
 class Config(SimConfig):
     server: ServerConfig = ServerConfig()
     routes: dict[str, RouteConfig]
+    route_patterns: list[RoutePattern] = Field(default_factory=list)
     auth: AuthConfig = AuthConfig()
     remote: RemoteConfig = RemoteConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -339,6 +351,9 @@ class Config(SimConfig):
                         f"routes.{model}.{kind}: unknown tier {tier!r}; "
                         f"allowed: {', '.join(sorted(self.tiers))}"
                     )
+        for i, pattern in enumerate(self.route_patterns):
+            if pattern.like not in self.routes:
+                raise ValueError(f"route_patterns[{i}].like: no route {pattern.like!r}")
         for i, rule in enumerate(self.faults.rules):
             if rule.tier is not None and rule.tier not in self.tiers:
                 raise ValueError(f"faults.rules[{i}].tier: unknown tier {rule.tier!r}")
@@ -348,6 +363,16 @@ class Config(SimConfig):
                     f"remote.tiers.{tier}: unknown tier; allowed: {', '.join(sorted(self.tiers))}"
                 )
         return self
+
+    def route_of(self, model: str) -> str | None:
+        """The ``[routes]`` key serving ``model``: its own, else the first matching pattern's
+        ``like``, else None (an unknown model)."""
+        if model in self.routes:
+            return model
+        for pattern in self.route_patterns:
+            if fnmatch.fnmatchcase(model, pattern.match):
+                return pattern.like
+        return None
 
     def sim(self) -> SimConfig:
         return SimConfig.model_validate(

@@ -5,10 +5,11 @@ A config file says what differs from the default, not everything: a three-line f
 other value (a number, a string, an array such as ``[[auth.keys]]`` or ``[[scripts]]``)
 replaces the default's.
 
-The serving topology is one unit: ``deployments``, ``tiers``, ``routes``, ``fleet``,
-``behavior`` and ``pricing`` refer to each other (a tier names its deployment, a route its
-tiers, the fleet holds the deployments' replicas, a behavior names a served model). A file
-that defines ``[deployments]`` brings its own topology, so those six tables come from the file
+The serving topology is one unit: ``deployments``, ``tiers``, ``routes``,
+``route_patterns``, ``fleet``, ``behavior`` and ``pricing`` refer to each other (a tier names
+its deployment, a route its tiers, a pattern its route, the fleet holds the deployments'
+replicas, a behavior names a served model). A file that defines ``[deployments]`` brings its
+own topology, so those seven tables come from the file
 alone: the default's pools, tiers, routes (and aliases), fleet and behaviors are not inherited,
 and a complete config means what it meant before overlays existed. A file without
 ``[deployments]`` builds on the default's topology: a ``[routes.my-id]`` or a
@@ -17,7 +18,8 @@ and a complete config means what it meant before overlays existed. A file withou
 Two top-level keys, removed before validation, change that:
 
 * ``replace = ["routes", "tiers.spark.quality"]``: these tables (dotted paths) come from the
-  file alone; one listed but absent from the file is dropped. ``replace = true``: the whole
+  file alone; one listed but absent from the file is dropped (replacing ``routes`` replaces
+  ``route_patterns`` too). ``replace = true``: the whole
   file stands alone, the default is not read.
 * ``merge = ["routes", ...]``: topology tables merged with the default's even though the file
   defines ``[deployments]`` (e.g. to add one pool to the default's).
@@ -28,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-TOPOLOGY = ("deployments", "tiers", "routes", "fleet", "behavior", "pricing")
+TOPOLOGY = ("deployments", "tiers", "routes", "route_patterns", "fleet", "behavior", "pricing")
 META = ("replace", "merge")
 
 
@@ -46,6 +48,8 @@ def overlay(base: dict[str, Any], user: dict[str, Any],
     merged = set(_paths("merge", merge, TOPOLOGY))
     if "deployments" in user:
         replaced |= set(TOPOLOGY) - merged
+    if "routes" in replaced:
+        replaced.add("route_patterns")  # the default's patterns name the default's routes
     return _merge(base, user, replaced, "")
 
 

@@ -76,11 +76,11 @@ def add_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
             "owned_by": "fastmode",
             "context_window": routed.tier.context_window,
             # the roles the model offers (its tiers' names are the config's own, never shown)
-            "roles": sorted(gateway.config.routes[model].roles()),
+            "roles": sorted(gateway.config.routes[gateway.config.route_of(model) or model].roles()),
         }
 
     def anthropic_card(model: str) -> dict[str, Any]:
-        if model not in gateway.config.routes:
+        if gateway.config.route_of(model) is None:
             raise APIError(404, f"model: {model}", code="not_found")
         routed = gateway.router.route(model, "fast" if fast else "standard")
         return {

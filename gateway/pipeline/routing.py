@@ -24,6 +24,8 @@ from ..errors import APIError, retry_headers
 from .price_eras import PriceRule
 from .roles import STANDARD, Role, role
 
+MAX_CACHED_ROUTES = 4096  # (model, role) pairs resolved once; past it, resolved per request
+
 
 @dataclass(frozen=True)
 class Routed:
@@ -67,12 +69,14 @@ class Router:
         for a role the model does not offer and may not be served standard."""
         routed = self._routed.get((model, asked))
         if routed is None:
-            routed = self._routed[(model, asked)] = self._route(model, asked, param)
+            routed = self._route(model, asked, param)
+            if len(self._routed) < MAX_CACHED_ROUTES:  # pattern ids are the client's to pick
+                self._routed[(model, asked)] = routed
         return routed
 
     def _route(self, model: str, asked: str, param: str) -> Routed:
-        route = self.config.routes.get(model)
-        if route is None:
+        key = self.config.route_of(model)
+        if key is None:
             raise APIError(
                 404,
                 f"The model `{model}` does not exist or you do not have access to it. "
@@ -80,10 +84,11 @@ class Router:
                 param="model",
                 code="model_not_found",
             )
+        route = self.config.routes[key]
         tiers = route.roles()
         standard = self.spec.tiers[tiers["standard"]]
         std_role = STANDARD.on_route(route.echo.get(STANDARD.name))
-        pricing = self.pricing[model]
+        pricing = self.pricing[key]
         wanted = role(asked)
         name = tiers.get(wanted.name)
         if name is None:

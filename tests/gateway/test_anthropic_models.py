@@ -54,11 +54,11 @@ def test_paging_follows_the_cursors(quick_server: str) -> None:
 def test_unknown_ids_are_anthropic_errors(quick_server: str) -> None:
     c = client(quick_server)
     with pytest.raises(anthropic.NotFoundError) as e:
-        c.models.retrieve("claude-nope")
+        c.models.retrieve("no-such-model")
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError) as bad:
-        c.models.list(after_id="claude-nope")
+        c.models.list(after_id="no-such-model")
     assert bad.value.body["error"]["type"] == "invalid_request_error"
     with pytest.raises(anthropic.BadRequestError):
         c.models.list(limit=0)

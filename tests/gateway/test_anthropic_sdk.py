@@ -100,7 +100,7 @@ def test_stop_sequence(live_server: str) -> None:
 def test_errors_in_anthropic_format(live_server: str) -> None:
     c = client(live_server, max_retries=0)
     with pytest.raises(anthropic.NotFoundError) as e:
-        c.messages.create(model="claude-nope", max_tokens=5, messages=USER)
+        c.messages.create(model="no-such-model", max_tokens=5, messages=USER)
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "not_found_error"
     with pytest.raises(anthropic.BadRequestError) as e:

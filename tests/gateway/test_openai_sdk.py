@@ -200,7 +200,7 @@ def test_models(live_server: str) -> None:
 def test_bad_requests(live_server: str) -> None:
     c = client(live_server, max_retries=0)
     with pytest.raises(openai.NotFoundError) as e:
-        c.chat.completions.create(model="gpt-9", messages=USER)
+        c.chat.completions.create(model="no-such-model", messages=USER)
     assert e.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model="frontier", messages=[])
