@@ -9,8 +9,10 @@ output) *before* the visible reply, which is why effort moves the time to first 
 by ``reasoning tokens × inter-token latency`` and why a faster tier buys back most of that wait.
 
 An effort maps to a lognormal length with a configured median (``[behavior.MODEL]
-reasoning_tokens`` in the config). Anthropic's ``budget_tokens`` is a cap, not a target: the
-model uses ``budget_use`` of it at the median, never more than all of it.
+reasoning_tokens`` in the config). Anthropic's ``budget_tokens`` is a cap, not a target: with a
+budget the model thinks as long as at medium effort, but at most ``budget_use`` of a small
+budget at the median, and never more than all of it (Claude Code's 31,999-token budget on a
+one-line task is a few hundred tokens of thought).
 
 The mock model also scales the median with the task the prompt sets (``task_scale``, by the
 kind of reply asked for: a greeting is thought about for a few percent of a normal question,
@@ -39,8 +41,10 @@ DEFAULT_MEDIANS: Mapping[str, int] = {
 # ``mockmodel.lengths.classify``; "hard" multiplies the others when the prompt asks to prove,
 # derive, debug, solve, optimise, or carries code). Estimates: reasoning models' usage grows
 # with the problem, a greeting needs a sentence of thought; measure yours and replace them.
+# "step": one step of an agent's task (read the file named, run the command, answer from a
+# tool's result): a few hundred tokens at high effort, as a model thinks before a tool call.
 DEFAULT_TASK_SCALE: Mapping[str, float] = {
-    "greeting": 0.03, "short": 0.25, "normal": 1.0, "long": 1.5, "hard": 2.0,
+    "greeting": 0.03, "short": 0.25, "normal": 1.0, "long": 1.5, "hard": 2.0, "step": 0.06,
 }  # fmt: skip
 DEFAULT_SIGMA = 0.5  # ln-space spread: ~90% of draws within 0.44x..2.3x the median
 DEFAULT_BUDGET_USE = 0.6  # share of Anthropic's budget_tokens used at the median
@@ -77,8 +81,9 @@ class ReasoningProfile:
         """The typical reasoning length of ``effort`` (or of a thinking budget)."""
         if not self.enabled:
             return 0
-        if budget is not None:
-            return max(1, round(budget * self.budget_use))
+        if budget is not None:  # a cap, not a target: the effort's median, within the budget
+            typical = self.median_tokens.get(effort, DEFAULT_MEDIANS.get(effort, 0))
+            return max(1, min(round(budget * self.budget_use), int(typical)))
         if effort not in EFFORTS:
             raise ValueError(f"effort: unknown {effort!r}; allowed: {', '.join(EFFORTS)}")
         return int(self.median_tokens.get(effort, DEFAULT_MEDIANS[effort]))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from .agent import agent_reply, safe_tools
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
 from .pieces import finish_tool_calls, with_reasoning
@@ -121,6 +122,10 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
         if rule is not None:
             return scripted(rule, req, streams)
     user_text = cue_text(user_text)
+    agentic = agent_reply(req, streams, quality, behavior) if req.tools else None
+    if agentic is not None:
+        return agentic
+    req = safe_tools(req) if req.tools else req
     if wants_tool(req, last_role):
         calls = []
         for k, (call, arguments, tool) in enumerate(make_calls(req, streams, user_text,

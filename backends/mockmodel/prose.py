@@ -13,9 +13,10 @@ from typing import Any
 
 from ..tokenizer import count_tokens
 from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
+from .harness import user_task
 from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from .pieces import finish_text
-from .request import Generation, GenerationRequest, cue_text, message_text
+from .request import Generation, GenerationRequest
 from .streams import Streams
 from .wordbank import (
     ADJECTIVES,
@@ -59,12 +60,10 @@ def text_reply(
 
 
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The text of the conversation's last user message (what the reply answers), as far as
-    the model reads it for cues (``cue_text``)."""
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            return cue_text(message_text(message))
-    return ""
+    """The text of the conversation's last user message (what the reply answers) as far as
+    the model reads it for cues (``cue_text``), without an agent harness's blocks
+    (``harness``)."""
+    return user_task(messages)[1]
 
 
 def write_at_least(rng: random.Random, tokens: int, opener: str | None) -> str:

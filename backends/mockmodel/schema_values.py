@@ -182,6 +182,8 @@ class _Generator:
             hi = lo + 100
         assert lo is not None and hi is not None
         lo, hi = int(lo), int(max(lo, hi))  # lo > hi: unsatisfiable, give lo
+        if hi - lo > PLAUSIBLE_SPAN:  # "minimum 0, maximum 2^53": a model picks a small value
+            hi = lo + PLAUSIBLE_SPAN
         step = schema.get("multipleOf")
         if isinstance(step, int) and not isinstance(step, bool) and step > 0:
             first, last = math.ceil(lo / step), math.floor(hi / step)
@@ -305,6 +307,11 @@ def _pick_type(schema: Mapping[str, Any]) -> str:
     if "items" in schema:
         return "array"
     return "string"
+
+
+# the widest range an integer is drawn from: a bound such as JavaScript's MAX_SAFE_INTEGER says
+# what is allowed, not what a model writes (an offset of 2,426,141,073,616 into a file)
+PLAUSIBLE_SPAN = 100
 
 
 def _bounds(schema: Mapping[str, Any], *, integer: bool) -> tuple[float | None, float | None]:

@@ -19,7 +19,9 @@ from collections.abc import Iterator
 
 from ..reasoning import ReasoningProfile
 from ..tokenizer import count_tokens, tokenize
+from .agent_task import NONE, read_task
 from .behavior import DEFAULT_REPLY_MEDIANS
+from .harness import user_task
 from .lengths import classify
 from .prose import last_user_text
 from .request import GenerationRequest, Reasoning
@@ -64,7 +66,9 @@ def task_scale(req: GenerationRequest, profile: ReasoningProfile) -> float:
     median: by the kind of reply it asks for (an explicit length, e.g. "in 300 words", between
     the short and the long kinds' multiples, in proportion to a normal reply), times the
     "hard" multiple for a hard task."""
-    text = last_user_text(req.messages)
+    index, text = user_task(req.messages)
+    if req.tools and (index < len(req.messages) - 1 or read_task(text).kind != NONE):
+        return profile.scale("step")  # an agent's step: a tool to call, or a result to report
     kind, explicit = classify(text)
     if explicit is not None:
         share = explicit / DEFAULT_REPLY_MEDIANS["normal"]
@@ -77,11 +81,7 @@ def task_scale(req: GenerationRequest, profile: ReasoningProfile) -> float:
 
 
 def _last_user(req: GenerationRequest) -> str:
-    for message in reversed(req.messages):
-        if message.get("role") == "user":
-            content = message.get("content")
-            return content if isinstance(content, str) else ""
-    return ""
+    return last_user_text(req.messages)
 
 
 def _write(rng: random.Random, tokens: int, topic: str, tools: list[str]) -> str:

@@ -30,6 +30,7 @@ from .schema import MessagesRequest
 __all__ = ["FAST_BETA", "MessagesEncoder", "MessagesProtocol", "MessagesRequest"]
 
 FAST_BETA = "fast-mode-2026-02-01"
+SYSTEM_TURNS_BETA = "mid-conversation-system-2026-04-07"  # role "system" inside ``messages``
 
 
 def _text(content: Any) -> str:
@@ -82,6 +83,13 @@ class MessagesProtocol(Protocol):
                 f"speed: {req.speed!r} requires the beta header 'anthropic-beta: {FAST_BETA}'.",
                 param="speed",
             )
+        if SYSTEM_TURNS_BETA not in ctx.headers.get("anthropic-beta", ""):
+            for i, m in enumerate(req.messages):
+                if m.role == "system":
+                    raise bad_request(
+                        f"messages.{i}.role: a system turn inside `messages` requires the beta "
+                        f"header 'anthropic-beta: {SYSTEM_TURNS_BETA}'; otherwise put it in the "
+                        "top-level `system` parameter.", param=f"messages[{i}].role")
         messages = chat_messages(req)
         specs = tuple(
             ToolSpec(t.name, t.description or "", t.input_schema) for t in req.tools or []

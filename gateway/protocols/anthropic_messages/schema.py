@@ -39,7 +39,8 @@ class OutputConfig(Lenient):
 
 
 class AnthropicMessage(Lenient):
-    role: Literal["user", "assistant"]
+    # "system": a system turn inside the conversation (the mid-conversation-system beta)
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
