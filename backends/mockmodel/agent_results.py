@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .agent_task import CHANGE, CREATE, RUN, Task
-from .harness import strip_harness
 from .request import message_text
 
-_NUMBERED = re.compile(r"^\s*\d+(?:\t|→|: |\| )")
+_NUMBERED = re.compile(r"^\s*\d+(?:\t|→|:(?: |$)|\| )")
 _EXIT = re.compile(r"(?:Process exited with code|exit code:?|Exit code:?)\s*(-?\d+)", re.I)
 _ERROR = re.compile(r"^(?:error|Error|ERROR)\b|No such file|not found|does not exist|"
                     r"Permission denied|EACCES|ENOENT")
+_REMINDER = re.compile(r"(?s)<system-reminder>.*?</system-reminder>")
+_CONTENT = re.compile(r"(?s)<content>\n?(.*?)\n?</content>")
+_TRAILER = re.compile(r"(?m)^\((?:End of file|Showing lines|File has)[^\n]*\)\s*$")
 MAX_QUOTED_LINES = 8  # of a command's output in the answer
 
 
@@ -44,7 +46,10 @@ def tool_results(messages: Sequence[Mapping[str, Any]], after: int) -> list[Resu
 
 
 def read_result(raw: str) -> Result:
-    text = strip_harness(raw)
+    text = _REMINDER.sub("", raw).strip()
+    if (inner := _CONTENT.search(text)) is not None:  # opencode: <path>, <type>, <content>
+        text = inner.group(1)
+    text = _TRAILER.sub("", text)
     exit_code = None
     m = _EXIT.search(text[:400])
     if m is not None:
