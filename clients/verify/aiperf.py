@@ -47,7 +47,7 @@ def _metric(m: dict[str, Any] | None) -> dict[str, float]:
 def read(path: Path) -> ToolRun:
     """``path``: the export directory, its summary JSON or its records JSONL."""
     base = path if path.is_dir() else path.parent
-    run = ToolRun("aiperf", str(path))
+    run = ToolRun("aiperf", str(path), itl="request")
     summary = path if path.suffix == ".json" else next(iter(sorted(base.glob(SUMMARY_GLOB))),
                                                        None)
     doc: dict[str, Any] = {}

@@ -50,9 +50,15 @@ def _summarize(xs: list[float], method: str = "linear") -> dict[str, float]:
     return {**{k: v for k, v in out.items() if v is not None}, "mean": statistics.fmean(xs)}
 
 
-def server_metrics(truths: list[Truth], method: str = "linear"
+ITL_OVER = {"token": "per token", "request": "per-request means (TPOT)",
+            "request-per-token": "each request's mean once per token"}
+
+
+def server_metrics(truths: list[Truth], method: str = "linear", itl_over: str = "token"
                    ) -> dict[str, dict[str, dict[str, float]]]:
-    """{metric: {variant: stats}}; the variant ``right`` is the one a tool should report."""
+    """{metric: {variant: stats}}; the variant ``right`` is the one a tool should report.
+    ``itl_over``: what the tool's ITL distribution is over by its own definition (``ToolRun``):
+    the server's is computed so, and the other ways are variants."""
 
     def summarize(xs: list[float]) -> dict[str, float]:
         return _summarize(xs, method)
@@ -65,11 +71,16 @@ def server_metrics(truths: list[Truth], method: str = "linear"
     itl = [x for t in truths for x in t.itl()]
     itl_event = [x for t in truths for x in t.itl_event()]
     itl_req = [t.tpot for t in truths if t.tpot is not None]  # a per-request mean ITL
+    itl_req_tok = [t.tpot for t in truths if t.tpot is not None
+                   for _ in range(t.output_tokens - 1)]
+    itls = {"token": summarize(itl), "request": summarize(itl_req),
+            "request-per-token": summarize(itl_req_tok)}
+    itl_variants = {"right": itls[itl_over], "per event, not per token": summarize(itl_event)}
+    itl_variants.update({ITL_OVER[k]: v for k, v in itls.items() if k != itl_over})
     out: dict[str, dict[str, dict[str, float]]] = {
         "ttft": {"right": summarize(ttft), "first byte (an event without tokens)":
                  summarize([t.ttfb for t in truths])},
-        "itl": {"right": summarize(itl), "per event, not per token": summarize(itl_event),
-                "per-request means (TPOT)": summarize(itl_req)},
+        "itl": itl_variants,
         "tpot": {"right": summarize(tpot), "divides by N, not N-1": summarize(by_n),
                  "(last token - arrival) / N, TTFT included": summarize(with_ttft)},
         "e2e": {"right": summarize([t.e2e for t in truths])},
@@ -151,7 +162,13 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
                 findings=list(run.notes))
     if not pairs:
         v.findings.append(f"no per-request ids: compared with all {len(truths)} traces given")
-    server = server_metrics(mine, run.percentiles)
+    server = server_metrics(mine, run.percentiles, run.itl)
+    if run.itl != "token" and "itl" in run.metrics:
+        tokens = server["itl"]["per token"]
+        v.findings.append(
+            f"ITL: {run.tool}'s distribution is {ITL_OVER[run.itl]} (its definition), so the "
+            "server's is computed that way; the tokens' own gaps have p99 "
+            f"{1000 * tokens.get('p99', 0.0):.2f} ms")
     _tool_counts(server, pairs, mine)
     clients = {m: overhead.client_times(m, pairs) for m in ("ttft", "e2e")}
     for metric, stats in run.metrics.items():

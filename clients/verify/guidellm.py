@@ -31,7 +31,7 @@ def _dist(d: dict[str, Any] | None, scale: float) -> dict[str, float]:
 
 
 def read(path: Path, doc: dict[str, Any], index: int = 0) -> ToolRun:
-    run = ToolRun("guidellm", str(path), percentiles="nearest")
+    run = ToolRun("guidellm", str(path), percentiles="nearest", itl="request-per-token")
     bench = doc["benchmarks"][index]
     metrics = bench.get("metrics", {})
     for ours, theirs in _METRICS.items():

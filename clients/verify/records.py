@@ -39,6 +39,10 @@ class ToolRun:
     requests: list[ToolRequest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the file says about how it measured
     percentiles: str = "linear"  # how the tool computes them (``compare.percentile``)
+    # what the tool's ITL distribution is over, by its own definition: ``token`` (each gap),
+    # ``request`` (one mean per request: aiperf), ``request-per-token`` (each request's mean
+    # once per token: guidellm)
+    itl: str = "token"
     # metric -> the reason the tool's own file gives for a figure that differs from the server's
     # (a convention ``verify`` cannot recompute from the traces)
     hints: dict[str, str] = field(default_factory=dict)
