@@ -170,6 +170,7 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
             "server's is computed that way; the tokens' own gaps have p99 "
             f"{1000 * tokens.get('p99', 0.0):.2f} ms")
     _tool_counts(server, pairs, mine)
+    _tool_clock(server, pairs, run.percentiles)
     clients = {m: overhead.client_times(m, pairs) for m in ("ttft", "e2e")}
     for metric, stats in run.metrics.items():
         variants = server.get(metric)
@@ -241,6 +242,17 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
     if span > 0 and "output_tps" in server:
         server["output_tps"]["output tokens as the tool counted them"] = {
             "value": sum(n for n, _ in counted) / span}
+
+
+def _tool_clock(server: dict[str, dict[str, dict[str, float]]],
+                pairs: list[tuple[ToolRequest, Truth]], method: str) -> None:
+    """The TPOT with the first token's wait in it, from the *tool's* start clock (guidellm's
+    definition: its clock's early start is in it too)."""
+    per = [(t.last_token - r.start) / t.output_tokens for r, t in pairs
+           if r.start is not None and t.last_token is not None and t.output_tokens]
+    if per and "tpot" in server:
+        server["tpot"]["(last token - the tool's start) / N, TTFT included"] = _summarize(
+            per, method)
 
 
 def _why(metric: str, stat: str, value: float, variants: dict[str, dict[str, float]],

@@ -159,3 +159,26 @@ def test_the_recorded_runs_ttft_is_the_clients_time() -> None:
     v = compare(read(str(FIX / "aiperf")), load(str(FIX / "aiperf" / "traces.jsonl")))
     off = {r.metric for r in v.rows if not r.ok}
     assert off == {"itl", "output_tps", "output_tokens"}
+
+
+def test_aiperf_with_the_exported_tokenizer_passes() -> None:
+    """A real aiperf 0.13 run (concurrency 1) with ``--tokenizer`` the folder ``fastmode
+    tokenizer`` writes: its token counts are the server's, every figure is within tolerance
+    (TTFT with the client's measured time), and the command exits 0."""
+    base = FIX / "aiperf-tokenizer"
+    v = compare(read(str(base)), load(str(base / "traces.jsonl")))
+    assert v.joined == 8 and v.ok
+    rows = {(r.metric, r.stat): r for r in v.rows}
+    assert rows[("output_tokens", "total")].error == 0
+    assert main(["verify", str(base), "--traces", str(base / "traces.jsonl")]) == 0
+
+
+def test_guidellm_at_16_streams_is_off_by_its_tpot_only() -> None:
+    """A real guidellm 0.8.1 run, 16 streams: TTFT, ITL, E2E and throughput pass; its TPOT
+    counts the first token's wait (its definition) and is named for it."""
+    base = FIX / "guidellm-c16"
+    v = compare(read(str(base)), load(str(base / "traces.jsonl")))
+    assert v.joined == 32
+    off = [r for r in v.rows if not r.ok]
+    assert off and {r.metric for r in off} == {"tpot"}
+    assert all("TTFT included" in r.why for r in off), [r.why for r in off]
