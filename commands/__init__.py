@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "commands.bench",
     "commands.calibrate",
     "commands.verify",
+    "commands.tokenizer",
     "commands.replay_check",
 )
 

@@ -10,7 +10,8 @@ reply lengths, parallel calls), ``streams`` (seeded randomness, one stream per d
 ``prose`` (the text writer), ``toolcalls`` (which tools, which arguments), ``structured``
 (JSON replies), ``schema_values`` / ``schema_strings`` (JSON values that fit a schema),
 ``schema_subset`` (which schemas a request may use), ``prompted_json`` (JSON a prompt asks
-for), ``botching`` (the quality profile's
+for, with ``named_keys`` and ``type_notes``), ``field_markers`` (DSPy's field markers),
+``entities`` (what a prompt states, for extraction), ``botching`` (the quality profile's
 mistakes), ``scripts`` (configured replies), ``pieces`` (caps and stop sequences, token by
 token) and ``schema_check`` (validating values with ``jsonschema``).
 """
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from .agent import agent_reply, safe_tools
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
+from .field_markers import asked_fields, marker_reply
 from .pieces import finish_tool_calls, with_reasoning
 from .prompted_json import prompted_json
 from .prose import last_user_text, text_reply, tool_result_opener
@@ -134,6 +136,9 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
             calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
         return finish_tool_calls(calls, req.max_tokens)
     fmt = req.response_format
+    fields = asked_fields(req.messages) if fmt is None and last_role == "user" else None
+    if fields is not None:  # DSPy's [[ ## field ## ]] markers
+        return marker_reply(req, fields, streams, user_text)
     if fmt is None or fmt.kind == "json_object":  # the prompt may say which JSON
         asked = prompted_json(req.messages) if last_role in ("user", "tool") else None
         if asked is not None:

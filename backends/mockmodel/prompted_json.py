@@ -31,8 +31,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .named_keys import named_keys_schema
 from .request import ResponseFormat, cue_text, message_text
 from .schema_subset import ANNOTATIONS, LOOSE_KEYWORDS, TYPES, SchemaRejected, check_schema
+from .type_notes import from_example_string
 
 ASKS_FOR_JSON = re.compile(
     r"\b(?:respond|reply|answer|return|output|format|provide|produce|give|write|generate|"
@@ -78,6 +80,8 @@ def _find(text: str) -> PromptedJson | None:
             example = value
     if schema is None and example is not None:
         schema = schema_of_example(example)
+    if schema is None:
+        schema = named_keys_schema(text)
     if schema is None:
         return None
     fmt = ResponseFormat("json_schema", schema, name="prompted")
@@ -135,14 +139,15 @@ def _prune(node: Any) -> Any:
     return out
 
 
-def schema_of_example(value: Any, depth: int = 0) -> dict[str, Any]:
+def schema_of_example(value: Any, depth: int = 0, key: str = "") -> dict[str, Any]:
     """A schema every value shaped like ``value`` fits: objects with all their keys required,
-    arrays of the first item's shape, scalars of their JSON type."""
+    arrays of the first item's shape, scalars of their JSON type (a string with a type note,
+    ``type_notes``, of the type it names)."""
     if depth >= MAX_EXAMPLE_DEPTH:
         return {}
     if isinstance(value, dict):
         return {"type": "object", "required": list(value),
-                "properties": {k: schema_of_example(v, depth + 1) for k, v in value.items()}}
+                "properties": {k: schema_of_example(v, depth + 1, k) for k, v in value.items()}}
     if isinstance(value, list):
         out: dict[str, Any] = {"type": "array"}
         if value:
@@ -156,4 +161,4 @@ def schema_of_example(value: Any, depth: int = 0) -> dict[str, Any]:
         return {"type": "number"}
     if value is None:
         return {"type": "null"}
-    return {"type": "string"}
+    return from_example_string(value, key) or {"type": "string"}

@@ -150,6 +150,7 @@ _SENTENCE_KEYS = frozenset({
     "answer", "comment", "note", "notes", "details", "rationale", "reasoning", "response",
     "step", "steps", "output", "result", "instructions", "bio", "abstract", "feedback",
     "point", "points", "detail", "highlight", "highlights", "takeaway", "takeaways",
+    "setup", "punchline", "joke", "story", "quote", "definition", "sentence", "advice", "tip",
 })
 _GENERIC_WORDS = (
     "alpha", "batch", "cache", "decode", "engine", "request", "schedule", "stream", "token",

@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .entities import extract
 from .schema_strings import formatted, key_phrase, padding, pattern_string, plausible, proper_nouns
 
 __all__ = ["DEFAULT_BUDGET", "MAX_DEPTH", "bounded_value", "generate_value", "resolve_local"]
@@ -68,6 +69,7 @@ class _Generator:
         self.root = root
         self.rng = rng
         self.names = proper_nouns(context)
+        self.found = extract(context)  # what the text states: names, places, ages
         self.phrase = key_phrase(context)
         self.left = budget
         self._writer: Any = None
@@ -190,6 +192,8 @@ class _Generator:
             value = step * self.rng.randint(first, max(first, last))
         else:
             value = self.rng.randint(lo, hi)
+        stated = self.found.integer(key, lo, hi) if self.found else None
+        value = value if stated is None else stated
         self.left -= len(str(value))
         return value
 
@@ -219,6 +223,8 @@ class _Generator:
             text = pattern_string(pattern, self.rng, lo, hi)
         if text is None:
             text = formatted(schema.get("format"), self.rng)
+        if text is None and self.found:
+            text = self.found.string(key)
         if text is None:
             text = plausible(key, self.rng, self.sentence, self.names, self.phrase)
             while len(text) < lo:  # pad with words, not noise, so long minimums still read well

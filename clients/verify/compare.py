@@ -1,11 +1,14 @@
 """A tool's figures against the server's, metric by metric, with the likely reason for a gap.
 
 The server's figure for each metric is computed over the same requests the tool measured: the
-traces joined to the tool's records by the request id it sent (``x-request-id``), else the
-traces given (``--since`` selects a run). A tool's figure is *right* when it is within the
-tolerance of the server's: ``rel`` (2% by default) or ``abs`` (1 ms for TTFT and E2E, a tenth for
-ITL and TPOT: the loopback and the tool's parsing are part of what a client measures). When a tool is off,
-the server's *wrong variants* (``truth``) are tried: the one the tool matches names the reason.
+traces joined to the tool's records by the request id it sent (``x-request-id``) or the body's
+id it kept, else all the traces given (``--since`` selects a run). A tool that exports ids none
+of which is traced is not compared at all (``NothingCompared``). A figure is *right* within
+``rel`` (2% by default) or ``abs`` (1 ms for TTFT and E2E, a tenth for ITL and TPOT) of the
+server's; TTFT and E2E are also right within that of the server's plus each request's measured
+client time (``overhead``), and the row says how much of the gap is the client's. When a tool
+is off past that, the server's *wrong variants* (``truth``) are tried: the one the tool matches
+names the reason; else the tool's own file may say (``ToolRun.hints``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .tools import ToolRequest, ToolRun
+from . import overhead
+from .records import ToolRequest, ToolRun
 from .truth import Truth
 
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
@@ -46,9 +50,15 @@ def _summarize(xs: list[float], method: str = "linear") -> dict[str, float]:
     return {**{k: v for k, v in out.items() if v is not None}, "mean": statistics.fmean(xs)}
 
 
-def server_metrics(truths: list[Truth], method: str = "linear"
+ITL_OVER = {"token": "per token", "request": "per-request means (TPOT)",
+            "request-per-token": "each request's mean once per token"}
+
+
+def server_metrics(truths: list[Truth], method: str = "linear", itl_over: str = "token"
                    ) -> dict[str, dict[str, dict[str, float]]]:
-    """{metric: {variant: stats}}; the variant ``right`` is the one a tool should report."""
+    """{metric: {variant: stats}}; the variant ``right`` is the one a tool should report.
+    ``itl_over``: what the tool's ITL distribution is over by its own definition (``ToolRun``):
+    the server's is computed so, and the other ways are variants."""
 
     def summarize(xs: list[float]) -> dict[str, float]:
         return _summarize(xs, method)
@@ -61,11 +71,16 @@ def server_metrics(truths: list[Truth], method: str = "linear"
     itl = [x for t in truths for x in t.itl()]
     itl_event = [x for t in truths for x in t.itl_event()]
     itl_req = [t.tpot for t in truths if t.tpot is not None]  # a per-request mean ITL
+    itl_req_tok = [t.tpot for t in truths if t.tpot is not None
+                   for _ in range(t.output_tokens - 1)]
+    itls = {"token": summarize(itl), "request": summarize(itl_req),
+            "request-per-token": summarize(itl_req_tok)}
+    itl_variants = {"right": itls[itl_over], "per event, not per token": summarize(itl_event)}
+    itl_variants.update({ITL_OVER[k]: v for k, v in itls.items() if k != itl_over})
     out: dict[str, dict[str, dict[str, float]]] = {
         "ttft": {"right": summarize(ttft), "first byte (an event without tokens)":
                  summarize([t.ttfb for t in truths])},
-        "itl": {"right": summarize(itl), "per event, not per token": summarize(itl_event),
-                "per-request means (TPOT)": summarize(itl_req)},
+        "itl": itl_variants,
         "tpot": {"right": summarize(tpot), "divides by N, not N-1": summarize(by_n),
                  "(last token - arrival) / N, TTFT included": summarize(with_ttft)},
         "e2e": {"right": summarize([t.e2e for t in truths])},
@@ -89,6 +104,8 @@ class Row:
     rel: float | None  # error / server
     ok: bool
     why: str = ""
+    # the client's measured time at this stat (TTFT, E2E: ``overhead``), None where unknown
+    client: float | None = None
 
 
 @dataclass
@@ -109,6 +126,10 @@ class Verdict:
         return {**asdict(self), "ok": self.ok}
 
 
+class NothingCompared(ValueError):
+    """Nothing to judge: no request joined, or no figure the server can recompute."""
+
+
 def _close(a: float, b: float, rel: float, abs_s: float) -> bool:
     return abs(a - b) <= max(rel * abs(b), abs_s)
 
@@ -127,13 +148,30 @@ def join(run: ToolRun, truths: list[Truth]) -> tuple[list[Truth], list[tuple[Too
 
 
 def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
-            abs_ms: float = 1.0) -> Verdict:
+            abs_ms: float = 1.0, strict: bool = False) -> Verdict:
+    """The verdict per metric and stat. TTFT and E2E are also compared with the server's
+    figure plus each request's measured client time (``overhead``): within tolerance of that,
+    a row is ok unless ``strict``, and its *why* gives the client's share."""
     abs_s = abs_ms / 1000
     mine, pairs = join(run, truths)
+    if run.has_ids and not pairs:
+        raise NothingCompared(
+            f"none of the tool's {len(run.requests)} requests is in the {len(truths)} traces "
+            "(joined 0 by request id or body id): the traces of another run? (--since)")
     v = Verdict(run.tool, run.source, len(run.requests), len(truths), len(pairs),
                 findings=list(run.notes))
-    server = server_metrics(mine, run.percentiles)
+    if not pairs:
+        v.findings.append(f"no per-request ids: compared with all {len(truths)} traces given")
+    server = server_metrics(mine, run.percentiles, run.itl)
+    if run.itl != "token" and "itl" in run.metrics:
+        tokens = server["itl"]["per token"]
+        v.findings.append(
+            f"ITL: {run.tool}'s distribution is {ITL_OVER[run.itl]} (its definition), so the "
+            "server's is computed that way; the tokens' own gaps have p99 "
+            f"{1000 * tokens.get('p99', 0.0):.2f} ms")
     _tool_counts(server, pairs, mine)
+    _tool_clock(server, pairs, run.percentiles)
+    clients = {m: overhead.client_times(m, pairs) for m in ("ttft", "e2e")}
     for metric, stats in run.metrics.items():
         variants = server.get(metric)
         if not variants:
@@ -141,21 +179,49 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
         # the floor is for what a client adds to a latency (loopback, parsing): whole for TTFT
         # and E2E, a tenth of it for the per-token figures
         tol = abs_s if metric in ("ttft", "e2e") else abs_s / 10 if metric in LATENCIES else 0.0
+        times = clients.get(metric) or []
+        seen = _summarize(overhead.as_the_client_sees(times), run.percentiles) \
+            if times and len(times) == len(pairs) else {}
         for stat, value in stats.items():
             truth = variants["right"].get(stat)
             if truth is None:
                 continue
-            ok = _close(value, truth, rel, tol)
-            why = "" if ok else _why(metric, stat, value, variants, rel, tol)
-            v.rows.append(Row(metric, stat, value, truth, value - truth,
-                              (value - truth) / truth if truth else None, ok, why))
-    v.findings += _per_request(pairs, abs_s)
-    offset = _start_offset(pairs)
-    for row in v.rows:
-        if not row.ok and not row.why and row.metric in ("ttft", "e2e") and offset is not None:
-            row.why = (f"its clock starts {1000 * offset:.2f} ms (median) before the request "
-                       "reaches the server")
+            row = Row(metric, stat, value, truth, value - truth,
+                      (value - truth) / truth if truth else None, _close(value, truth, rel, tol))
+            if stat in seen:
+                row.client = seen[stat] - truth
+            if not row.ok and stat in seen and _close(value, seen[stat], rel, tol):
+                row.ok = not strict
+                row.why = (f"the client's own {1000 * row.client:+.2f} ms "  # type: ignore[operator]
+                           f"({overhead.summary(times)})")
+            elif not row.ok:
+                row.why = _why(metric, stat, value, variants, rel, tol) or _shifted(
+                    metric, stat, value, variants, rel, tol, overhead.before(times)) or \
+                    run.hints.get(metric, "") or _unexplained(row, seen.get(stat))
+            v.rows.append(row)
+    if not v.rows:
+        raise NothingCompared(f"{run.source}: none of the {run.tool} figures "
+                              f"({', '.join(run.metrics) or 'none'}) has a server counterpart")
+    for metric, times in clients.items():
+        v.findings += overhead.findings(metric, times)
+    v.findings += _per_request(pairs)
     return v
+
+
+def _shifted(metric: str, stat: str, value: float, variants: dict[str, dict[str, float]],
+             rel: float, tol: float, before: float) -> str:
+    """A wrong variant once the time the tool's clock runs before the arrival is taken off."""
+    if not before:
+        return ""
+    why = _why(metric, stat, value - before, variants, rel, tol)
+    return f"{why} (after its clock's {1000 * before:.2f} ms before the arrival)" if why else ""
+
+
+def _unexplained(row: Row, seen: float | None) -> str:
+    if seen is None:
+        return ""
+    return (f"not the client's time: with its measured {1000 * (seen - row.server):+.2f} ms "
+            f"the tool is still {1000 * (row.tool - seen):+.2f} ms off (its formula)")
 
 
 def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
@@ -178,6 +244,17 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
             "value": sum(n for n, _ in counted) / span}
 
 
+def _tool_clock(server: dict[str, dict[str, dict[str, float]]],
+                pairs: list[tuple[ToolRequest, Truth]], method: str) -> None:
+    """The TPOT with the first token's wait in it, from the *tool's* start clock (guidellm's
+    definition: its clock's early start is in it too)."""
+    per = [(t.last_token - r.start) / t.output_tokens for r, t in pairs
+           if r.start is not None and t.last_token is not None and t.output_tokens]
+    if per and "tpot" in server:
+        server["tpot"]["(last token - the tool's start) / N, TTFT included"] = _summarize(
+            per, method)
+
+
 def _why(metric: str, stat: str, value: float, variants: dict[str, dict[str, float]],
          rel: float, tol: float) -> str:
     for name, stats in variants.items():
@@ -190,35 +267,14 @@ def _why(metric: str, stat: str, value: float, variants: dict[str, dict[str, flo
     return ""
 
 
-def _start_offset(pairs: list[tuple[ToolRequest, Truth]]) -> float | None:
-    """The median of (the tool's TTFT − the server's), when the tool exports it per request."""
-    d = [(r.ttft - t.ttft) for r, t in pairs if r.ttft is not None and t.ttft is not None]
-    return statistics.median(d) if d else None
-
-
-def _per_request(pairs: list[tuple[ToolRequest, Truth]], abs_s: float) -> list[str]:
-    """What the joined requests show: a constant offset (the clock starts before the request
-    reaches the server), and output tokens counted differently."""
-    out: list[str] = []
-    ttft = [(r.ttft - t.ttft) for r, t in pairs if r.ttft is not None and t.ttft is not None]
-    if ttft:
-        med = statistics.median(ttft)
-        if abs(med) > abs_s:
-            out.append(f"TTFT per request: the tool's is {1000 * med:+.2f} ms off the server's "
-                       f"(median of {len(ttft)}; max {1000 * max(ttft, key=abs):+.2f} ms): "
-                       "its clock starts before the request reaches the server (connecting, "
-                       "sending, its own scheduling), or stops after the first token left it")
-    start = [(t.arrival - r.start) for r, t in pairs if r.start is not None]
-    if start:
-        out.append(f"the tool's start clock is {1000 * statistics.median(start):.2f} ms "
-                   f"(median; max {1000 * max(start):.2f} ms) before the server's arrival")
+def _per_request(pairs: list[tuple[ToolRequest, Truth]]) -> list[str]:
+    """Output tokens counted differently by the tool on the joined requests."""
     toks = [(r.output_tokens, t.output_tokens) for r, t in pairs if r.output_tokens is not None]
     diff = [(a, b) for a, b in toks if a != b]
-    if diff:
-        a = sum(x for x, _ in toks)
-        b = sum(y for _, y in toks)
-        out.append(f"output tokens: the tool counted {a} where the server sent {b} "
-                   f"({100 * (a - b) / b:+.1f}%) on {len(diff)} of {len(toks)} requests: it "
-                   "counts with its own tokenizer; per-token figures (ITL, TPOT, tok/s) scale "
-                   "by that ratio")
-    return out
+    if not diff:
+        return []
+    a = sum(x for x, _ in toks)
+    b = sum(y for _, y in toks)
+    return [f"output tokens: the tool counted {a} where the server sent {b} "
+            f"({100 * (a - b) / b:+.1f}%) on {len(diff)} of {len(toks)} requests: it counts "
+            "with its own tokenizer; per-token figures (ITL, TPOT, tok/s) scale by that ratio"]

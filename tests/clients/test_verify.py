@@ -146,8 +146,8 @@ def test_an_unknown_file_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_a_recorded_guidellm_run() -> None:
     """guidellm 0.8.1 at concurrency 1: joined by the response id it keeps; its percentiles
-    are nearest-rank, so the server's are computed that way; its ITL is the per-request mean
-    (repeated per token), which its tail shows; throughput and TPOT agree."""
+    are nearest-rank and its ITL distribution repeats each request's mean once per token (its
+    definitions), so the server's are computed those ways; throughput and TPOT agree."""
     truths = load(str(FIX / "guidellm" / "traces.jsonl"))
     run = read(str(FIX / "guidellm" / "benchmarks.json"))
     assert run.tool == "guidellm" and run.percentiles == "nearest"
@@ -157,7 +157,9 @@ def test_a_recorded_guidellm_run() -> None:
     for key in (("output_tps", "value"), ("request_tps", "value"), ("tpot", "p90"),
                 ("e2e", "p90"), ("itl", "mean")):
         assert rows[key].ok, rows[key]
-    assert rows[("itl", "p99")].why == "matches the server's per-request means (TPOT)"
+    assert all(r.ok for r in v.rows if r.metric == "itl")
+    assert any(f.startswith("ITL: guidellm's distribution is each request's mean once per "
+                            "token") for f in v.findings)
 
 
 def test_a_recorded_inference_perf_run() -> None:
@@ -183,3 +185,13 @@ def test_a_tpot_with_the_first_token_wait_is_named(tmp_path: Path) -> None:
     [row] = [r for r in v.rows if (r.metric, r.stat) == ("tpot", "mean")]
     assert not row.ok
     assert row.why == "matches the server's (last token - arrival) / N, TTFT included"
+
+
+def test_per_request_means_as_token_percentiles_are_named(tmp_path: Path) -> None:
+    """vLLM's ITL is per token: a file whose ITL p99 is the per-request mean hides the
+    tokens' tail (20 ms gaps) and is off, with the reason."""
+    truths = load(str(_traces(tmp_path)))
+    v = compare(read(str(_vllm(tmp_path, itl=80 / 9))), truths)
+    [row] = [r for r in v.rows if (r.metric, r.stat) == ("itl", "p99")]
+    assert not row.ok and row.server == pytest.approx(0.020)
+    assert row.why == "matches the server's per-request means (TPOT)"
