@@ -51,9 +51,14 @@ def think(
         n = min(n, cap)
     if n <= 0:
         return None
-    topic = key_phrase(_last_user(req)) or "this request"
+    asked = _last_user(req)
+    # a short task is restated as written ("read README.md and …"), a long one by its key words
+    short = 0 < len(asked) <= 120 and "\n" not in asked
+    topic = key_phrase(asked) or "this request"
+    opening = f'The user asks: "{asked.rstrip()}".' if short else \
+        f"The user is asking about {topic}."
     tools = [t.name for t in req.tools]
-    text = "".join(tokenize(_write(streams("thinking"), n + 1, topic, tools))[:n])
+    text = "".join(tokenize(_write(streams("thinking"), n + 1, opening, topic, tools))[:n])
     summary: tuple[str, ...] = ()
     if req.summary is not None:
         share, lo, hi = _SUMMARY.get(req.summary, _SUMMARY["auto"])
@@ -84,10 +89,11 @@ def _last_user(req: GenerationRequest) -> str:
     return last_user_text(req.messages)
 
 
-def _write(rng: random.Random, tokens: int, topic: str, tools: list[str]) -> str:
+def _write(rng: random.Random, tokens: int, opening: str, topic: str,
+           tools: list[str]) -> str:
     parts: list[str] = []
     total = 0
-    for sentence in _thoughts(rng, topic, tools):
+    for sentence in _thoughts(rng, opening, topic, tools):
         if total >= tokens:
             break
         chunk = (" " if parts else "") + sentence
@@ -96,9 +102,10 @@ def _write(rng: random.Random, tokens: int, topic: str, tools: list[str]) -> str
     return "".join(parts)
 
 
-def _thoughts(rng: random.Random, topic: str, tools: list[str]) -> Iterator[str]:
+def _thoughts(rng: random.Random, opening: str, topic: str,
+              tools: list[str]) -> Iterator[str]:
     c = rng.choice
-    yield f"The user is asking about {topic}."
+    yield opening
     if tools:
         yield f"I have {len(tools)} tool{'s' if len(tools) > 1 else ''} available: " \
               f"{', '.join(tools[:4])}."
