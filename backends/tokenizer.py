@@ -178,10 +178,12 @@ def _count_message(message: Mapping[str, Any]) -> int:
 
 
 def _count_tool_call(call: Mapping[str, Any]) -> int:
-    """A tool call as the model wrote it: the function's name and its arguments text."""
-    function = call.get("function") or call  # chat shape {"function": {...}} or flat
+    """A tool call as the model wrote it: the function's name and its arguments text (a
+    custom tool's call: its name and its input text)."""
+    # chat shape {"function": {...}} or {"custom": {...}}, or flat
+    function = call.get("function") or call.get("custom") or call
     name = str(function.get("name") or "")
-    arguments = function.get("arguments")
+    arguments = function.get("arguments", function.get("input"))
     if not isinstance(arguments, str):
         arguments = "" if arguments is None else _compact_json(arguments)
     return count_tokens(name) + count_tokens(arguments)

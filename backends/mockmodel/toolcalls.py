@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .behavior import DEFAULT_BEHAVIOR, ModelBehavior
-from .request import GenerationRequest, ToolCall, ToolSpec
+from .request import CUSTOM, GenerationRequest, ToolCall, ToolSpec
 from .schema_values import generate_value
 from .streams import Streams
 
@@ -61,11 +61,17 @@ def make_calls(
 def _call(tool: ToolSpec, streams: Streams, user_text: str,
           k: int) -> tuple[ToolCall, dict[str, Any], ToolSpec]:
     suffix = f"/{k}" if k else ""  # call 0 keeps the streams a single call always used
+    if tool.kind == CUSTOM:  # freeform input: the task's own words (no JSON to generate)
+        text = " ".join(user_text.split())[:200] or tool.name
+        call = ToolCall(call_id(streams("call_id" + suffix)), tool.name, text, kind=CUSTOM,
+                        namespace=tool.namespace)
+        return call, {}, tool
     params = object_schema(tool.parameters)
     arguments = generate_value(params, streams("arguments" + suffix), context=user_text)
     if not isinstance(arguments, dict):
         arguments = {}
-    call = ToolCall(call_id(streams("call_id" + suffix)), tool.name, dumps(arguments))
+    call = ToolCall(call_id(streams("call_id" + suffix)), tool.name, dumps(arguments),
+                    namespace=tool.namespace)
     return call, arguments, tool
 
 

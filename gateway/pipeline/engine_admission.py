@@ -122,6 +122,8 @@ class EngineAdmission:
         return self._generate(request, tier, cap)
 
     def _generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
+        if not request.generate:  # a warm-up: prefill only (one engine step, nothing shown)
+            return Generation((), "", (), "stop")
         r = request.generation
         thinks = (r.effort not in (None, "none")) or r.thinking_budget is not None
         if thinks and not tier.behavior.reasoning.enabled:

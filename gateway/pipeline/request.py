@@ -31,3 +31,6 @@ class TurnRequest:
     # the request field that asked for reasoning, named by a 400 on a model that does not reason
     reasoning_param: str = "reasoning_effort"
     prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
+    # False: a warm-up (Responses ``generate: false``): the prompt is prefilled, and so its
+    # prefix cached, but no reply is written (no output, no reasoning; input billed only)
+    generate: bool = True

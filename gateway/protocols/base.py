@@ -244,13 +244,16 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def validate(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    """Validate ``body`` or raise a 400 naming the first offending field."""
+def validate(model: type[BaseModel], body: dict[str, Any], at: str = "") -> Any:
+    """Validate ``body`` or raise a 400 naming the first offending field (under ``at``, the
+    place of ``body`` in the request, e.g. ``tools[2]``)."""
     try:
         return model.model_validate(body)
     except ValidationError as exc:
         err = exc.errors()[0]
         param = _param([p for p in err["loc"] if isinstance(p, int) or _FIELD.match(p)])
+        if at:
+            param = at if param == "body" else at + ("" if param.startswith("[") else ".") + param
         if err["type"] == "missing":
             msg = f"Missing required parameter: '{param}'."
         elif err["type"] == "extra_forbidden":
@@ -293,24 +296,31 @@ def resolve_tool_choice(
         if forced not in names:
             raise bad_request(
                 f"Invalid value for '{param}': no function named '{forced}' was given in 'tools'.",
-                param=param,
-            )
+                param=param, code="invalid_value")
         return forced
     if literal is None:
         return "auto" if names else "none"
     if literal == "required" and not names:
-        raise bad_request(f"Invalid value for '{param}': 'required' needs 'tools'.", param=param)
+        raise bad_request(f"Invalid value for '{param}': 'required' needs 'tools'.", param=param,
+                          code="invalid_value")
     return literal
 
 
 def tool_call_messages(calls: Any) -> dict[str, Any]:
-    """An assistant message carrying tool calls, in the chat shape the mock model reads."""
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": c.arguments}}
-            for c in calls
-        ],
-    }
+    """An assistant message carrying tool calls, in the chat shape the mock model reads (a
+    custom tool's call as Chat's ``custom: {name, input}``; a namespace kept on the call)."""
+    return {"role": "assistant", "content": None, "tool_calls": [chat_call(c) for c in calls]}
+
+
+def chat_call(call: Any) -> dict[str, Any]:
+    """One ``ToolCall`` in the chat shape."""
+    out: dict[str, Any]
+    if call.kind == "custom":
+        out = {"id": call.id, "type": "custom",
+               "custom": {"name": call.name, "input": call.arguments}}
+    else:
+        out = {"id": call.id, "type": "function",
+               "function": {"name": call.name, "arguments": call.arguments}}
+    if call.namespace:
+        out["namespace"] = call.namespace
+    return out

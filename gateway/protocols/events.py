@@ -164,7 +164,11 @@ class EventBuffer:
 
     def span(self, enc: Encoder, start: int, stop: int) -> tuple[int, int]:
         """Frame positions of tokens ``start .. stop`` (encoded by ``enc``, the encoder that
-        holds this buffer); tokens are asked for in order."""
+        holds this buffer); tokens are asked for in order. A reply with no tokens (a warm-up,
+        a stop sequence at the very start) still takes the engine one step: its one token
+        has no events."""
+        stop = min(stop, self.total)
+        start = min(start, stop)
         if start < self.tok0 or start > self.encoded:
             raise RuntimeError("token events must be asked for in order")
         if stop > self.encoded:

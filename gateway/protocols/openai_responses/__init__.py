@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
+from backends.mockmodel import GenerationRequest, ResponseFormat, message_text
 from backends.tokenizer import count_chat_prompt
 
 from ...endpoints.responses_api import stored_body
@@ -22,6 +22,7 @@ from ..formats import json_word_required, mentions_json, strict_tools, structure
 from .encoder import ResponsesEncoder, responses_usage
 from .items import answered_calls, continued, input_messages
 from .schema import ResponsesRequest, ResponsesToolChoice
+from .tools import declared, tool_groups
 
 __all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
 
@@ -38,8 +39,8 @@ class ResponsesProtocol(Protocol):
             messages = prev.messages + messages
             cached = prev.context_tokens
         answered_calls(messages)
-        tools = [t.model_dump(exclude_none=True) for t in req.tools or []]
-        specs = tuple(ToolSpec.from_wire(t) for t in tools)
+        tools = declared(tool_groups(req.tools, req.input))
+        specs = tools.specs
         choice = req.tool_choice
         tool_choice = resolve_tool_choice(
             {s.name for s in specs},
@@ -59,9 +60,9 @@ class ResponsesProtocol(Protocol):
             if req.reasoning else None,
             parallel_tool_calls=req.parallel_tool_calls is not False,
         )
-        strict_tools((spec, bool(t.strict), f"tools[{i}].parameters")
-                     for i, (spec, t) in enumerate(zip(specs, req.tools or [], strict=True)))
-        prompt = count_chat_prompt(messages, tools or None)
+        strict_tools(tools.strict)
+        raw = list(tools.raw)
+        prompt = count_chat_prompt(messages, raw or None)
         return TurnRequest(
             model=req.model,
             role=self.vocabulary.role_of(req.service_tier, ctx.fast_path),
@@ -73,7 +74,8 @@ class ResponsesProtocol(Protocol):
             cached_tokens=min(cached, prompt - 1),
             messages=messages,
             reasoning_param="reasoning.effort",
-            prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
+            generate=req.generate is not False,
+            prefix=chat_prefix(messages, raw, prompt, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
         )
 

@@ -6,13 +6,19 @@ from typing import Any
 
 import orjson
 
+from backends.mockmodel.request import CUSTOM, FUNCTION
+
 from ...errors import APIError
 from ...pipeline.job import Job
 from ..base import Encoder
 from ..events import WIRE, Frames
 from ..vocabulary import OPENAI_SERVICE_TIERS
 from .reasoning import ReasoningItem
-from .schema import ResponsesRequest, ResponsesTool, ResponsesToolChoice
+from .schema import ResponsesRequest, ResponsesToolChoice
+
+# the event that streams a call's arguments (a function's) or input (a custom tool's)
+_DELTA = {FUNCTION: "response.function_call_arguments.delta",
+          CUSTOM: "response.custom_tool_call_input.delta"}
 
 
 def responses_usage(job: Job, output: int | None = None) -> dict[str, Any]:
@@ -73,7 +79,8 @@ class ResponsesEncoder(Encoder):
     def _fc_id(self, k: int) -> str:
         """Derived when first needed: a remote tier's reply (gateway.remote) learns its tool
         calls while it streams, and its usage only at the end."""
-        return f"fc_{self.job.gen.tool_calls[k].id[5:]}"
+        call = self.job.gen.tool_calls[k]
+        return ("ctc_" if call.kind == CUSTOM else "fc_") + call.id[5:]
 
     def _event(self, body: dict[str, Any]) -> bytes:
         body["sequence_number"] = self.seq
@@ -95,14 +102,18 @@ class ResponsesEncoder(Encoder):
     def _call_item(self, k: int, status: str) -> dict[str, Any]:
         call = self.job.gen.tool_calls[k]
         args = call.arguments if status == "completed" else "".join(self._args.get(k, []))
-        return {
+        custom = call.kind == CUSTOM
+        item = {
             "id": self._fc_id(k),
-            "type": "function_call",
+            "type": "custom_tool_call" if custom else "function_call",
             "status": status,
             "call_id": call.id,
             "name": call.name,
-            "arguments": args,
+            "input" if custom else "arguments": args,
         }
+        if call.namespace:
+            item["namespace"] = call.namespace
+        return item
 
     def response(self, status: str) -> dict[str, Any]:
         job, req = self.job, self.req
@@ -201,9 +212,10 @@ class ResponsesEncoder(Encoder):
                         "type": "response.output_item.added", "output_index": base + k,
                         "item": self._call_item(k, "in_progress")})))
                 self._args.setdefault(k, []).append(piece.text)
-                out.append(("response.function_call_arguments.delta", self._event({
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": self._fc_id(k), "output_index": base + k, "delta": piece.text})))
+                delta = _DELTA[self.job.gen.tool_calls[k].kind]
+                out.append((delta, self._event({
+                    "type": delta, "item_id": self._fc_id(k), "output_index": base + k,
+                    "delta": piece.text})))
         return out
 
     def _open_message(self) -> Frames:
@@ -223,14 +235,12 @@ class ResponsesEncoder(Encoder):
         base = self.base
         out: Frames = self.reasoning.finish() if self.reasoning is not None else []
         if gen.tool_calls:
-            for k, call in enumerate(gen.tool_calls):
+            for k in range(len(gen.tool_calls)):
                 if k not in self._open_items:
                     out.append(("response.output_item.added", self._event({
                         "type": "response.output_item.added", "output_index": base + k,
                         "item": self._call_item(k, "in_progress")})))
-                out.append(("response.function_call_arguments.done", self._event({
-                    "type": "response.function_call_arguments.done", "item_id": self._fc_id(k),
-                    "output_index": base + k, "name": call.name, "arguments": call.arguments})))
+                out.append(self._call_done(k, base + k))
                 out.append(("response.output_item.done", self._event({
                     "type": "response.output_item.done", "output_index": base + k,
                     "item": self._call_item(k, "completed")})))
@@ -253,8 +263,22 @@ class ResponsesEncoder(Encoder):
         out.append((kind, self._event({"type": kind, "response": resp})))
         return out
 
+    def _call_done(self, k: int, index: int) -> tuple[str, bytes]:
+        """The end of call k's arguments (a function's) or input (a custom tool's)."""
+        call = self.job.gen.tool_calls[k]
+        base = {"item_id": self._fc_id(k), "output_index": index}
+        if call.kind == CUSTOM:
+            kind = "response.custom_tool_call_input.done"
+            return kind, self._event({"type": kind, **base, "input": call.arguments})
+        kind = "response.function_call_arguments.done"
+        return kind, self._event({"type": kind, **base, "name": call.name,
+                                  "arguments": call.arguments})
+
     def _shows_message(self, done: bool) -> bool:
-        """A reply whose reasoning used the whole cap has no message item (as OpenAI's)."""
+        """A reply whose reasoning used the whole cap has no message item (as OpenAI's), nor
+        has a warm-up (``generate: false``)."""
+        if self.req.generate is False:
+            return False
         if not self.thought:
             return True
         return 0 in self._open_items or (done and self.job.gen.output_tokens > self.thought)
@@ -293,10 +317,12 @@ class ResponsesEncoder(Encoder):
                  self._event({"type": "response.incomplete", "response": resp}))]
 
 
-def _tool_wire(tool: ResponsesTool) -> dict[str, Any]:
-    """A function tool as the response echoes it: ``description``, ``parameters`` and
-    ``strict`` always present (null when the request left them out)."""
-    wire = tool.model_dump(exclude_none=True)
+def _tool_wire(tool: Any) -> Any:
+    """A tool as the response echoes it: as sent, a function tool with ``description``,
+    ``parameters`` and ``strict`` always present (null when the request left them out)."""
+    if not isinstance(tool, dict) or tool.get("type") != "function":
+        return tool
+    wire = {k: v for k, v in tool.items() if v is not None}
     for key in ("description", "parameters", "strict"):
         wire.setdefault(key, None)
     return wire
@@ -307,7 +333,7 @@ def _tool_choice_wire(req: ResponsesRequest) -> Any:
     if c is None:
         return "auto"
     if isinstance(c, ResponsesToolChoice):
-        return {"type": "function", "name": c.name}
+        return {"type": c.type, "name": c.name}
     return c
 
 

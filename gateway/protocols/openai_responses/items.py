@@ -1,9 +1,12 @@
 """Responses input items as the chat messages the tokenizer and the mock model read.
 
 Shared by ``POST /v1/responses`` (SSE and websocket) and ``POST /v1/responses/compact``:
-messages, function calls and their outputs, reasoning items sent back (checked to be ours),
+messages, function and custom tool calls and their outputs (a custom call in Chat's
+``custom`` shape, a namespace kept on the call), hosted tools' calls and outputs a client runs
+(shells, apply_patch, computer) and MCP calls, reasoning items sent back (checked to be ours),
 images (checked, never fetched: ``gateway.protocols.images``) and compaction items (the
-summary a compaction made, checked to be ours and of the caller's key).
+summary a compaction made, checked to be ours and of the caller's key). Every other item type
+the API defines is accepted and is no text for the model (``SKIPPED``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,23 @@ if TYPE_CHECKING:
     from ...stored.response_store import ResponseStore, StoredResponse
 
 ROLES = ("user", "assistant", "system", "developer")
+# hosted tools' calls a client sends back: the tool name they stand for, and their arguments
+HOSTED_CALLS = {
+    "local_shell_call": ("local_shell", "action"),
+    "shell_call": ("shell", "action"),
+    "apply_patch_call": ("apply_patch", "operation"),
+    "computer_call": ("computer", "action"),
+    "mcp_call": ("mcp", "arguments"),
+}
+HOSTED_OUTPUTS = ("local_shell_call_output", "shell_call_output", "apply_patch_call_output",
+                  "computer_call_output")
+# items the API defines that are no text for the model: tool declarations (read by
+# ``tools.tool_groups``), server-side tools' records, approvals, configuration and markers
+SKIPPED = ("item_reference", "additional_tools", "tool_search_call", "tool_search_output",
+           "web_search_call", "file_search_call", "image_generation_call",
+           "code_interpreter_call", "mcp_list_tools", "mcp_approval_request",
+           "mcp_approval_response", "configuration_update", "compaction_trigger", "program",
+           "program_output")
 # an expanded compaction item's tool calls that later outputs may still answer (internal key:
 # the tokenizer and the mock model read only the chat fields)
 COMPACTED_CALLS = "compacted_calls"
@@ -43,27 +63,19 @@ def input_messages(instructions: str | None, items: str | list[dict[str, Any]],
             role = item.get("role")
             if role not in ROLES:
                 raise bad_request(
-                    f"Invalid value for 'input[{i}].role': {role!r}.", param=f"input[{i}].role"
-                )
+                    f"Invalid value for 'input[{i}].role': {role!r}.", param=f"input[{i}].role",
+                    code="invalid_value")
             msgs.append({"role": role, "content": item.get("content")})
-        elif kind == "function_call":
-            msgs.append({
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [{
-                    "id": item.get("call_id", ""),
-                    "type": "function",
-                    "function": {"name": item.get("name", ""),
-                                 "arguments": item.get("arguments", "")},
-                }],
-            })
-        elif kind == "function_call_output":
-            out = item.get("output", "")
-            msgs.append({
-                "role": "tool",
-                "tool_call_id": item.get("call_id", ""),
-                "content": out if isinstance(out, str) else orjson.dumps(out).decode(),
-            })
+        elif kind in ("function_call", "custom_tool_call"):
+            msgs.append(called(item, i))
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            _need(item, i, "call_id", "output")
+            msgs.append({"role": "tool", "tool_call_id": item["call_id"],
+                         "content": output_text(item["output"])})
+        elif kind in HOSTED_CALLS:
+            msgs += _hosted_call(item, kind)
+        elif kind in HOSTED_OUTPUTS:
+            msgs += _hosted_output(item, msgs)
         elif kind == "reasoning":
             # a reasoning item sent back: accepted when it is one of ours (its encrypted content
             # unaltered); earlier turns' reasoning is not part of the model's context
@@ -72,14 +84,73 @@ def input_messages(instructions: str | None, items: str | list[dict[str, Any]],
             continue
         elif kind == "compaction":
             msgs.append(_compacted(item, i, may_see))
-        elif kind == "item_reference":
+        elif kind in SKIPPED:
             continue
         else:
             raise bad_request(
                 f"Invalid value for 'input[{i}].type': {kind!r} is not supported.",
-                param=f"input[{i}].type",
-            )
+                param=f"input[{i}].type", code="invalid_value")
     return msgs
+
+
+def called(item: dict[str, Any], i: int) -> dict[str, Any]:
+    """A function or custom tool call sent back, as the assistant message that made it (a
+    custom call in Chat's shape: ``custom: {name, input}``; its namespace kept)."""
+    if item["type"] == "custom_tool_call":
+        _need(item, i, "call_id", "name", "input")
+        call: dict[str, Any] = {"id": item["call_id"], "type": "custom",
+                                "custom": {"name": item["name"], "input": item["input"]}}
+    else:
+        _need(item, i, "call_id", "name", "arguments")
+        call = {"id": item["call_id"], "type": "function",
+                "function": {"name": item["name"], "arguments": item["arguments"]}}
+    if item.get("namespace"):
+        call["namespace"] = item["namespace"]
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
+def output_text(out: Any) -> str:
+    """A tool output as the text the model reads: a string, or the text of its content parts
+    (an image or a file part counts as its JSON)."""
+    if isinstance(out, str):
+        return out
+    if isinstance(out, list) and all(isinstance(p, dict) for p in out):
+        return "\n".join(str(p["text"]) if isinstance(p.get("text"), str)
+                         else orjson.dumps(p).decode() for p in out)
+    return orjson.dumps(out).decode()
+
+
+def _need(item: dict[str, Any], i: int, *fields: str) -> None:
+    for name in fields:
+        if item.get(name) is None:
+            raise APIError(400, f"Missing required parameter: 'input[{i}].{name}'.",
+                           param=f"input[{i}].{name}", code="missing_required_parameter")
+
+
+def _hosted_call(item: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """A hosted tool's call sent back (a shell, apply_patch, computer or MCP call): the
+    assistant's call, and for an MCP call (run on the server) its output after it."""
+    name, field = HOSTED_CALLS[kind]
+    cid = str(item.get("call_id") or item.get("id") or "")
+    args = item.get(field)
+    call = {"id": cid, "type": "function", "function": {
+        "name": str(item.get("name") or name),
+        "arguments": args if isinstance(args, str) else orjson.dumps(args).decode()}}
+    out = [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    if kind == "mcp_call" and item.get("output") is not None:
+        out.append({"role": "tool", "tool_call_id": cid, "content": str(item["output"])})
+    return out
+
+
+def _hosted_output(item: dict[str, Any], msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A hosted tool's output: the tool result of the call it answers, when that call is in the
+    conversation (else nothing: it answered a call of a response the client did not resend)."""
+    cid = str(item.get("call_id") or item.get("id") or "")
+    if cid not in {str(c.get("id")) for m in msgs for c in m.get("tool_calls") or ()}:
+        return []
+    out = item.get("output")
+    text = output_text(out) if out is not None else str(item.get("status") or "")
+    return [{"role": "tool", "tool_call_id": cid, "content": text}]
 
 
 def _unverified(i: int) -> APIError:

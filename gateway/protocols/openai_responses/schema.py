@@ -16,16 +16,8 @@ CONVERSATIONS_REFUSED = (
     "input")
 
 
-class ResponsesTool(Lenient):
-    type: Literal["function"]
-    name: str = Field(min_length=1, max_length=64)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: StrictBool | None = None
-
-
 class ResponsesToolChoice(Lenient):
-    type: Literal["function"]
+    type: Literal["function", "custom"]
     name: str
 
 
@@ -56,7 +48,7 @@ class ResponsesRequest(Lenient):
     max_output_tokens: StrictInt | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
-    tools: list[ResponsesTool] | None = None
+    tools: list[Any] | None = None  # every tool type the API defines (``.tools``)
     tool_choice: Literal["none", "auto", "required"] | ResponsesToolChoice | None = None
     previous_response_id: str | None = None
     store: StrictBool | None = None
@@ -78,6 +70,8 @@ class ResponsesRequest(Lenient):
     safety_identifier: str | None = Field(None, max_length=64)
     user: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    # false: warm the prompt's prefix and complete at once with no output (a client's warm-up)
+    generate: StrictBool | None = None
     # run detached, polled with GET /v1/responses/{id} (gateway.background)
     background: StrictBool | None = None
     # the Conversations API is not served: refused, never silently ignored (gateway.conversations)
