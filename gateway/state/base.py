@@ -182,19 +182,22 @@ class StoredResponse:
     body: dict[str, Any] | None = field(default=None)  # the response object, when kept
     # the key id of the API key that made it (gateway.ownership; None: no owner, auth off)
     owner: str | None = None
+    # tools the conversation's input items declared (Responses ``additional_tools``): still
+    # declared for a turn that continues it, as they are part of its context
+    tools: list[dict[str, Any]] = field(default_factory=list)
 
     def encode(self) -> bytes:
         """The stored form, the same in every backend; the owner is kept in the record itself,
         so no backend can return an object without it."""
         return orjson.dumps({"id": self.id, "model": self.model, "messages": self.messages,
                              "context_tokens": self.context_tokens, "body": self.body,
-                             "owner": self.owner})
+                             "owner": self.owner, "tools": self.tools})
 
     @classmethod
     def decode(cls, raw: bytes | str) -> StoredResponse:
         d = orjson.loads(raw)
         return cls(d["id"], d["model"], d["messages"], d["context_tokens"], d.get("body"),
-                   d.get("owner"))
+                   d.get("owner"), d.get("tools") or [])
 
 
 class ResponseCache(OrderedDict[str, StoredResponse]):

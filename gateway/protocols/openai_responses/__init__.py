@@ -22,7 +22,7 @@ from ..formats import json_word_required, mentions_json, strict_tools, structure
 from .encoder import ResponsesEncoder, responses_usage
 from .items import answered_calls, continued, input_messages
 from .schema import ResponsesRequest, ResponsesToolChoice
-from .tools import declared, tool_groups
+from .tools import carried_tools, declared, tool_groups
 
 __all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
 
@@ -34,12 +34,15 @@ class ResponsesProtocol(Protocol):
     def translate(self, req: ResponsesRequest, ctx: RequestContext) -> TurnRequest:
         messages = input_messages(req.instructions, req.input, lambda o: ctx.store.caller.may_see(o))
         cached = 0
+        groups = tool_groups(req.tools, req.input)
         if req.previous_response_id:
             prev = continued(ctx.store, req.previous_response_id)
             messages = prev.messages + messages
             cached = prev.context_tokens
+            if prev.tools and not carried_tools(req.input):
+                groups.append((prev.tools, "previous_response_id"))
         answered_calls(messages)
-        tools = declared(tool_groups(req.tools, req.input))
+        tools = declared(groups)
         specs = tools.specs
         choice = req.tool_choice
         tool_choice = resolve_tool_choice(
@@ -88,9 +91,13 @@ class ResponsesProtocol(Protocol):
         gen = job.gen
         reply = (tool_call_messages(gen.tool_calls) if gen.tool_calls
                  else {"role": "assistant", "content": gen.text})
+        carried = carried_tools(req.input)
+        if not carried and req.previous_response_id:
+            carried = continued(ctx.store, req.previous_response_id).tools
         item = StoredResponse(encoder.rid, job.model, turn.messages + [reply],
                               job.prompt_tokens + gen.output_tokens,
-                              body=stored_body(encoder.response("completed"), req))
+                              body=stored_body(encoder.response("completed"), req),
+                              tools=carried)
         ctx.store.remember(item, persist=req.store is not False)
 
 

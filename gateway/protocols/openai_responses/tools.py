@@ -158,6 +158,15 @@ def _hosted(tool: dict[str, Any], kind: str, at: str) -> None:
                            param=f"{at}.{name}", code="missing_required_parameter")
 
 
+def carried_tools(items: str | Sequence[Any]) -> list[dict[str, Any]]:
+    """The tools the request's ``additional_tools`` items declare (a later turn continuing
+    this one with ``previous_response_id`` still has them)."""
+    if isinstance(items, str):
+        return []
+    return [t for item in items if isinstance(item, dict) and item.get("type") ==
+            "additional_tools" and isinstance(item.get("tools"), list) for t in item["tools"]]
+
+
 def tool_groups(tools: Sequence[Any] | None,
                 items: str | Sequence[Any]) -> list[tuple[Sequence[Any], str]]:
     """The request's tool declarations: ``tools``, then those ``additional_tools`` and
