@@ -132,9 +132,9 @@ def _change(task: Task, offered: Mapping[str, Offered], results: Sequence[Result
     name = task.files[0]
     if not results:
         return _read(task, offered, cwd)
-    if len(results) >= 2:  # read, then edited: report it
-        return Step(text=f"Done: I edited {name} as asked.")
     edit = requested_edit(task.text, results[0].text)
+    if len(results) >= 2 and edit is not None:  # read, then edited: report it
+        return Step(text=f"Done: in {name}, `{edit[0]}` is now `{edit[1]}`.")
     if edit is None:
         return Step(text=f"I read {name}, but I could not tell which text to change. Which "
                          "line should change, and to what?")
@@ -148,6 +148,8 @@ def _change(task: Task, offered: Mapping[str, Offered], results: Sequence[Result
         whole = results[0].text.replace(old, new, 1)
         return Step(tool, arguments(tool, f"Write {name}", path=name, content=whole + "\n",
                                     cwd=cwd))
+    if (tool := offered.get(SHELL)) is not None:
+        return Step(tool, arguments(tool, f"Edit {name}", command=shell_edit(patch)))
     return Step(text=f"I would change `{old}` to `{new}` in {name}, but no tool that edits "
                      "files is offered.")
 
@@ -164,6 +166,12 @@ def _create(task: Task, offered: Mapping[str, Offered], results: Sequence[Result
     if (tool := offered.get(PATCH) or offered.get(CODE)) is not None:
         return Step(tool, arguments(tool, f"Create {name}", patch=add_patch(name, content)))
     return Step(text=f"No tool that writes files is offered, so I can't create {name}.")
+
+
+def shell_edit(patch: str) -> str:
+    """A shell command that makes the edit: Codex's ``apply_patch`` (which its shell runs
+    itself) as a heredoc, which a POSIX shell without it reports as a missing command."""
+    return f"apply_patch <<'PATCH'\n{patch}\nPATCH"
 
 
 def requested_edit(task: str, file_text: str) -> tuple[str, str] | None:

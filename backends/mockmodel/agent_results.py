@@ -19,7 +19,8 @@ from .request import message_text
 _NUMBERED = re.compile(r"^\s*\d+(?:\t|→|:(?: |$)|\| )")
 _EXIT = re.compile(r"(?:Process exited with code|exit code:?|Exit code:?)\s*(-?\d+)", re.I)
 _ERROR = re.compile(r"^(?:error|Error|ERROR)\b|No such file|not found|does not exist|"
-                    r"Permission denied|EACCES|ENOENT")
+                    r"Permission denied|EACCES|ENOENT|input is invalid|[Ff]ailed to|"
+                    r"<tool_use_error>")
 _REMINDER = re.compile(r"(?s)<system-reminder>.*?</system-reminder>")
 _CONTENT = re.compile(r"(?s)<content>\n?(.*?)\n?</content>")
 _TRAILER = re.compile(r"(?m)^\((?:End of file|Showing lines|File has)[^\n]*\)\s*$")

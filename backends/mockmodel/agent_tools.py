@@ -118,6 +118,16 @@ def arguments(offered: Offered, task_words: str, *, path: str = "", command: str
             args[key] = ["bash", "-lc", value]
         else:
             args[key] = value
+    if old and _key(tool, OLD_KEYS) is None:  # pi: ``edits: [{oldText, newText}]``
+        for key, schema in props.items():
+            items = schema.get("items") if isinstance(schema, Mapping) else None
+            inner = items.get("properties") if isinstance(items, Mapping) else None
+            if isinstance(inner, Mapping):
+                o = next((k for k in OLD_KEYS if k in inner), None)
+                n = next((k for k in NEW_KEYS if k in inner), None)
+                if o and n:
+                    args[key] = [{o: old, n: new}]
+                    break
     for key in tool.parameters.get("required") or ():
         if key not in args and isinstance(key, str):
             args[key] = _plain(props.get(key, {}), task_words)

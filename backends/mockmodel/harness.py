@@ -42,6 +42,8 @@ def user_task(messages: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
             continue
         text = strip_harness(cue_text(message_text(message)))  # bounded: the regex is linear
                                                                 # per block, not per prompt
+        if len(text) > 2 and text[0] == text[-1] == '"' and '"' not in text[1:-1]:
+            text = text[1:-1]  # opencode run sends the task quoted: "read README.md …"
         if text:
             return i, text
     return -1, ""

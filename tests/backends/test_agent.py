@@ -96,6 +96,7 @@ def test_harness_blocks_are_not_the_users_words() -> None:
                 {"role": "system", "content": "Available agent types: ..."}]
     assert user_task(messages) == (0, TASK)
     assert strip_harness("compare a <b> c") == "compare a <b> c"
+    assert user_task([{"role": "user", "content": f'"{TASK}"'}]) == (0, TASK)  # opencode run
 
 
 @pytest.mark.parametrize(("text", "kind", "files"), [
