@@ -21,7 +21,8 @@ SOAK_MINUTES ?= 10
 RUNTIME_STAMP := $(VENV)/.runtime-stamp
 DEV_STAMP := $(VENV)/.dev-stamp
 
-.PHONY: install dev serve test lint bench test-integration system-deps lock clean
+.PHONY: install dev serve test lint bench test-integration system-deps lock clean agents \
+  agents-latest test-agents-latest
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,10 +50,31 @@ serve: $(RUNTIME_STAMP)
 # the programs the suites run that pip cannot install (redis-server, Chromium and its driver;
 # docker-compose for test-integration), from Debian's packages when missing
 # (PROGRAM:PACKAGE; apt-get install PACKAGE when PROGRAM is not on the PATH)
-TEST_PROGRAMS := redis-server:redis-server chromium:chromium chromedriver:chromium-driver
+TEST_PROGRAMS := redis-server:redis-server chromium:chromium chromedriver:chromium-driver \
+  node:nodejs npm:npm unshare:util-linux ip:iproute2
 INTEGRATION_PROGRAMS := redis-server:redis-server docker-compose:?docker-compose
 system-deps:
 	bash scripts/system_deps.sh $(TEST_PROGRAMS)
+
+# the coding-agent CLIs the agent tests and benchmarks run (Claude Code, Codex CLI, opencode,
+# pi), pinned in tests/agents/package.json (and their dependencies in its package-lock.json;
+# `npm ci` refuses a lock without the other platforms' optional binaries); Claude Code's and
+# opencode's install scripts link their platform binary (npm 11 runs no other package's)
+AGENTS_STAMP := tests/agents/node_modules/.package-lock.json
+$(AGENTS_STAMP): tests/agents/package.json tests/agents/package-lock.json | system-deps
+	npm install --prefix tests/agents --no-audit --no-fund --loglevel=error
+agents: $(AGENTS_STAMP)
+
+# the drift check: the CLIs' newest releases, in a folder of their own, through the same tests
+# (what a new release breaks shows up before a user meets it)
+agents-latest: system-deps
+	mkdir -p .agents-latest
+	cd .agents-latest && npm install --no-audit --no-fund --loglevel=error \
+	  @anthropic-ai/claude-code@latest @openai/codex@latest opencode-ai@latest \
+	  @mariozechner/pi-coding-agent@latest
+test-agents-latest: $(DEV_STAMP) agents-latest
+	FASTMODE_AGENTS_BIN=$(CURDIR)/.agents-latest/node_modules/.bin \
+	  $(BIN)/pytest -q tests/clients/test_coding_agents.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -60,7 +82,7 @@ lint: $(DEV_STAMP)
 
 # three workers (many tests wait on servers), a test file each at a time, the longest files first
 # (tests/conftest.py SLOWEST_FILES)
-test: $(DEV_STAMP) system-deps
+test: $(DEV_STAMP) system-deps $(AGENTS_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=15

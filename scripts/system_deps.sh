@@ -5,6 +5,9 @@
 #   make test:              redis-server:redis-server chromium:chromium
 #                           chromedriver:chromium-driver (tests/gateway/test_dashboard.py drives
 #                           Debian's Chromium with selenium; nothing downloads a browser)
+#                           node:nodejs npm:npm unshare:util-linux ip:iproute2 (the coding-agent
+#                           CLIs from npm, run in a loopback-only network namespace:
+#                           tests/clients/test_coding_agents.py)
 #   make test-integration:  redis-server:redis-server docker-compose:?docker-compose
 # So a fresh machine needs nothing by hand. Whatever is already on the PATH is left alone; a
 # required program that cannot be installed stops the run here, with its name, rather than as

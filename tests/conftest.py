@@ -41,7 +41,8 @@ if os.environ.get("FASTMODE_LEDGER") in (None, os.environ.get("FASTMODE_TESTS_LE
 # collected late ran alone at the end (a ~50 s tail in CI); longest first leaves the short ones
 # to fill in. Only a schedule: a stale entry costs time, never a result.
 SLOWEST_FILES = (
-    "gateway/test_schemathesis.py", "gateway/test_replay.py", "gateway/test_workers.py",
+    "clients/test_coding_agents.py", "gateway/test_schemathesis.py", "gateway/test_replay.py",
+    "gateway/test_workers.py",
     "gateway/test_dashboard.py", "gateway/test_faults.py", "gateway/test_openai_sdk.py",
     "gateway/test_remote.py", "gateway/test_replay_workers.py", "gateway/test_ws.py",
     "gateway/test_replay_matching.py", "gateway/test_overload.py", "gateway/test_redis_outage.py",
