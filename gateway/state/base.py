@@ -224,6 +224,10 @@ class StateBackend(ABC):
     async def close(self) -> None:
         """Flush every buffered write and release the store."""
 
+    def room(self) -> None:  # noqa: B027 - a store that cannot be away has no cap
+        """Before a turn: raise ``StateUnavailable`` (503) when the writes waiting for the
+        store reached their cap (a remote store that is away); a local store always has room."""
+
     # -- usage ledger -----------------------------------------------------------------------
 
     @abstractmethod
