@@ -51,6 +51,7 @@ from typing import Any
 
 import orjson
 
+from ..money import cost
 from .health import StateHealth
 
 # how a request ended (UsageRow.ended)
@@ -117,7 +118,7 @@ class UsageTotal:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["cost_usd"] = round(self.cost_usd, 9)  # a sum of nano-dollar amounts, without noise
+        out["cost_usd"] = cost(self.cost_usd)  # a sum of nano-dollar amounts, without noise
         if self.day is None:
             del out["day"]
         return out
