@@ -31,3 +31,8 @@ class TurnRequest:
     # the request field that asked for reasoning, named by a 400 on a model that does not reason
     reasoning_param: str = "reasoning_effort"
     prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
+    # ``prompt_tokens`` is the count of what the client sent in a form a remote tier never sees
+    # (a Completions prompt, a Messages request: sent upstream as Chat, whose count differs):
+    # kept through a remote tier instead of the upstream's count, so a count is the same on
+    # every path
+    own_count: bool = False
