@@ -21,8 +21,10 @@ Four kinds of state, each with the consistency it needs and no more:
   restart (they refill).
 * **availability** — ``health`` (``gateway.state.health``): a store that can fail (Redis)
   raises ``StateUnavailable`` (a 503) from any call it cannot answer, fails fast while it is
-  known to be down, and logs one line per outage. Write-behind data (ledger rows, responses)
-  stays buffered in memory meanwhile and is written when the store is back.
+  known to be down, and logs one line per outage. Write-behind data (ledger rows, and every
+  stored kind through one write path: ``gateway.state.write_queue``) stays buffered in memory
+  meanwhile, readable, and is written in order when the store is back; ``room`` refuses new
+  turns (503) once ``[state] pending_max`` writes wait.
 * **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
   ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
   ``get_response`` is async and must see every response put by any process once it is durable;
