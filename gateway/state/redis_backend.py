@@ -16,9 +16,10 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
   it) is written again only if that number is lower (``_write_batch``).
 - **responses** and every other stored kind (``gateway.state.objects``): one write path, the
   ``WriteQueue`` (``write_queue``): ``put_response`` and ``enqueue`` wake a writer task that
-  sends every pending entry in one pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
-  trip later; a read that misses asks again for up to ~1 s, so such a continuation waits for
-  the write instead of failing); entries expire after ``response_ttl_s``.
+  sends every pending entry in one pipeline at once (not at the next flush: a continuation
+  may arrive at another gateway a round trip later; a read that misses asks again for up to
+  ~1 s, so such a continuation waits for the write instead of failing); entries expire after
+  ``response_ttl_s``.
 - **settings**: a hash per namespace; writes are awaited, reads served from memory and
   refreshed from Redis every ``flush_interval_s`` (so rules set on one gateway apply on all).
 
