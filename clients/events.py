@@ -158,10 +158,11 @@ class Summary:
         return (self.deltas - 1) / span if span > 0 else None
 
     def line(self) -> str:
-        """``TTFT 84 ms · 1,093 tok/s · 120 tokens · $0.001234 · tier spark``."""
+        """``TTFT 84 ms · 1,093 tok/s · 120 tokens · $0.001234567 · tier spark``."""
         ttft = "—" if self.ttft_s is None else f"{self.ttft_s * 1000:,.0f} ms"
         speed = "—" if self.tokens_per_s is None else f"{self.tokens_per_s:,.0f} tok/s"
-        cost = "—" if self.cost_usd is None else f"${self.cost_usd:.6f}"
+        # every digit the server keeps (whole nano-dollars): the number its ledger holds
+        cost = "—" if self.cost_usd is None else f"${self.cost_usd:.9f}"
         parts = [f"TTFT {ttft}", speed, f"{self.tokens} tokens", cost,
                  f"tier {self.tier or '?'}", f"{self.model} over {self.transport}"]
         if self.cached_tokens:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
+import sys
 
 from pydantic import ValidationError
 
 from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
 
-from . import _cassettes
+from . import _cassettes, _faults
 
 
 class UsageError(Exception):
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes on the one port, each owning a share of every "
                    "deployment's replicas (default 1; see docs/deployment.md)")
+    _faults.add_arguments(p)  # --clear-faults
     _cassettes.add_arguments(p)  # --record, --replay, --replay-*, --upstream
     p.set_defaults(func=run)
 
@@ -159,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(f"config: {exc}") from None
     sock = bind(server.host, server.port, server.socket_send_buffer_bytes)
+    faults = _faults.banner_lines(config.state, args.clear_faults)
     port = sock.getsockname()[1]
     base = f"http://{server.host}:{port}"
     print("fastmode gateway — tiers:")
@@ -171,7 +174,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  dashboard:            {base}/dashboard   (the buses filling, live)")
     for line in _cassettes.describe(config):
         print(line)
-    print(f"  usage ledger:         {ledger_location(config.state)}", flush=True)
+    print(f"  usage ledger:         {ledger_location(config.state)}")
+    for line in faults:
+        print(line)
+    sys.stdout.flush()
     serve(app, config, [sock], args.log_level)  # uvicorn with the gateway's settings
     return 0
 
@@ -193,10 +199,14 @@ def run_workers(args: argparse.Namespace, config: Config) -> int:
         raise UsageError(f"cannot listen on {config.server.host}:{config.server.port}: "
                          f"{exc.strerror}") from None
     base = f"http://{config.server.host}:{supervisor.port}"
+    faults = _faults.banner_lines(config.state, args.clear_faults)
     print(f"fastmode gateway — {args.workers} workers on {base} (SO_REUSEPORT); tiers:")
     for line in describe(config):
         print(line)
     for line in describe_workers(supervisor.configs) + _cassettes.describe(config):
         print(line)
-    print(f"  OpenAI base_url:      {base}/v1", flush=True)
+    print(f"  OpenAI base_url:      {base}/v1")
+    for line in faults:
+        print(line)
+    sys.stdout.flush()
     return supervisor.run()

@@ -94,6 +94,9 @@ class StateConfig(Strict):
     # Redis unavailable: a key with a limit is refused 503 (false) or served without its
     # limit being counted (true). docs/deployment.md, "When Redis fails"
     limits_fail_open: bool = False
+    # Redis unavailable: stored objects and ledger rows wait in memory until it is back; past
+    # this many, new requests get 503 (nothing the client was told about is dropped)
+    pending_max: int = Field(10_000, ge=1)
 
     @field_validator("path")
     @classmethod

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from ..edge.json_response import json_response
 from ..edge.offload import parse_body
 from ..errors import APIError, bad_request
+from ..money import cost
 from ..protocols import CHAT
 from ..stored.ids import new_id
 from ..stored.ownership import Caller, caller
@@ -70,7 +71,7 @@ def card(batch: Batch) -> dict[str, Any]:
         "usage": {"input_tokens": sum(j.prompt_tokens for j in jobs),
                   "output_tokens": sum(j.gen.output_tokens for j in jobs),
                   "total_tokens": sum(j.prompt_tokens + j.gen.output_tokens for j in jobs),
-                  "cost_usd": round(sum(j.cost_usd for j in jobs), 9)},
+                  "cost_usd": cost(sum(j.cost_usd for j in jobs))},
     }
 
 

@@ -63,8 +63,8 @@ class Library:
 
     @classmethod
     def load(cls, config: ReplayConfig, redactor: Redactor) -> Library:
-        """Every entry of ``config.dir``: CassetteError on the first that cannot be served
-        (``fastmode replay-check`` lists them all)."""
+        """Every entry of ``config.dir``: CassetteError on the first that cannot be served,
+        including one that ``fastmode replay-check`` rejects (which lists them all)."""
         lib = cls(config, redactor)
         if not Path(config.dir).is_dir():
             raise CassetteError(f"replay: {config.dir} is not a directory")
@@ -83,6 +83,10 @@ class Library:
         tr = transcript(entry)
         if tr.job_id(entry.protocol) is None:
             raise CassetteError(f"replay: {where}: the response has no id")
+        if tr.problems:  # what replay-check rejects is never served
+            more = f" (and {len(tr.problems) - 1} more)" if len(tr.problems) > 1 else ""
+            raise CassetteError(f"replay: {where}: {tr.problems[0]}{more}; `fastmode "
+                                "replay-check DIR` lists every problem")
         rec = Recording(where, entry, tr, body)
         self.recordings.append(rec)
         self._index.setdefault(self._key(entry.protocol, entry.fast, entry.stream, body,

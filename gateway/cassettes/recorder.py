@@ -14,8 +14,9 @@ much as replaying its success). Turns with an injected fault, cancelled by their
 for a slow reader or by a shutdown are not: they are the gateway's doing, not the upstream's.
 
 Each process appends to its own file (``<start time>-<pid>.jsonl``), created at the first
-exchange, one line per exchange written when the exchange ends: worker processes never
-interleave lines, and an interrupted gateway leaves whole lines only.
+exchange, one line per exchange written when the exchange ends, before its last event (or its
+body) is sent: a client that saw the end finds the line. Worker processes never interleave
+lines, and an interrupted gateway leaves whole lines only.
 """
 
 from __future__ import annotations
@@ -104,12 +105,20 @@ class Tape:
     async def _tap(self, events: AsyncIterator[Frames],
                    out: Callable[[Frames], Any]) -> AsyncIterator[Any]:
         clock = asyncio.get_running_loop().time
+        written = False
         try:
             async for frames in events:
-                yield out(self._take(frames, clock()))
+                taken = self._take(frames, clock())
+                if not written and self.job.ended in (COMPLETED, FAILED):
+                    # settled: these are the last events. The line is written before they go,
+                    # so a client that saw the stream's end finds its exchange in the cassette
+                    written = True
+                    self._end()
+                yield out(taken)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
-        self._end()  # only when the stream ran to its end (not closed early)
+        if not written:
+            self._end()  # only when the stream ran to its end (not closed early)
 
     def sse(self, events: AsyncIterator[Frames]) -> AsyncIterator[bytes]:
         """The turn's events as SSE bytes, recorded on the way."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from backends.mockmodel import Piece
 
+from . import exact
 from .format import Entry, Event
 from .transcript import (
     BODIES,
@@ -260,4 +261,5 @@ def read(entry: Entry) -> Transcript:
         first = tr.pieces[0]  # Completions' ``echo``: the prompt, sent before the reply
         if first.tool < 0 and first.text.startswith(prompt):
             tr.pieces[0] = Piece(first.text[len(prompt):], first.tool)
+    tr.problems += exact.problems(entry, tr)
     return tr

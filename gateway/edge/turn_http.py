@@ -28,6 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..endpoints.background import Background
 from ..errors import APIError
+from ..money import cost_text
 from ..pipeline.admission import Gateway, shutting_down
 from ..pipeline.fault_kinds import Kind
 from ..pipeline.tickets import ClientGone
@@ -291,7 +292,7 @@ async def _whole(turn: Turn, headers: dict[str, str], request_id: str) -> Respon
         body = orjson.dumps(enc.body())
         return Truncated(body, 200, headers=headers, media_type="application/json")
     turn.complete()
-    headers["x-fastmode-cost-usd"] = f"{job.cost_usd:.8f}"
+    headers["x-fastmode-cost-usd"] = cost_text(job.cost_usd)
     body = orjson.dumps(enc.body())
     if turn.tape is not None:  # --record (a turn with a fault has none)
         turn.tape.whole(body, asyncio.get_running_loop().time())

@@ -30,6 +30,7 @@ from backends.embeddings import EmbeddingPool, embed, prefill_cost_per_token, sh
 from backends.perf import Placement
 from backends.tokenizer import count_tokens
 
+from .. import money
 from ..config import EmbeddingModelConfig
 from ..edge.json_response import json_response
 from ..edge.offload import off_loop, parse_body
@@ -163,7 +164,7 @@ async def _create(request: Request, request_id: str) -> Response:
                              req.encoding_format == "base64")
     # the reply is ready when the modeled pool has run its prefill steps
     await hold(max(0.0, model.pool.seconds(tokens) - (time.monotonic() - started)))
-    cost = round(tokens * model.price / 1e6, 9)
+    cost = money.cost(tokens * model.price / 1e6)
     gateway.record(UsageRow(
         request_id=request_id, ts=time.time(),
         api_key=principal.id if principal is not None else "", model=req.model,

@@ -61,7 +61,8 @@ class Gateway:
         self.engine = EngineAdmission(self.spec, config.server)
         self.metrics = Metrics(self.engine.replica_states)
         self.state = state or open_state(config.state.path, config.state.flush_interval_s,
-                                         config.state.redis_url, config.state.timeout_s)
+                                         config.state.redis_url, config.state.timeout_s,
+                                         config.state.pending_max)
         self.auth = Authenticator(config.auth, state=self.state, on_reject=self._auth_rejected)
         self.faults = FaultInjector(config.faults, config.server, self.state, self.metrics)
         # tier name -> the backend of a tier not served in process (``gateway.remote``)

@@ -18,12 +18,11 @@ from backends.engine import Tier
 from backends.pricing import Prices
 from backends.scheduler import FINISHED
 
+from .. import money
 from .auth import Principal
 from .caching import cache_write_premium
 from .roles import Role
 from .token_source import Reply, TokenSource
-
-COST_DIGITS = 9  # cost_usd in whole nano-dollars: no float noise (0.00029000000000000006)
 
 
 @dataclass(eq=False)
@@ -90,7 +89,7 @@ class Job:
         if self.cache_write_tokens:
             cost += cache_write_premium(prices.input, self.cache_write_tokens,
                                         self.cache_write_long_tokens)
-        return round(cost, COST_DIGITS)
+        return money.cost(cost)
 
     def time_info(self) -> dict[str, float]:
         """Modeled times in seconds (Cerebras' ``time_info`` convention). ``reasoning_time``

@@ -34,3 +34,8 @@ class TurnRequest:
     # False: a warm-up (Responses ``generate: false``): the prompt is prefilled, and so its
     # prefix cached, but no reply is written (no output, no reasoning; input billed only)
     generate: bool = True
+    # ``prompt_tokens`` is the count of what the client sent in a form a remote tier never sees
+    # (a Completions prompt, a Messages request: sent upstream as Chat, whose count differs):
+    # kept through a remote tier instead of the upstream's count, so a count is the same on
+    # every path
+    own_count: bool = False

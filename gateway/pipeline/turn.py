@@ -112,6 +112,7 @@ class Turn:
                                                  self.protocol.vocabulary.param)
             self.tier = decision.tier.name
             self.api_key = decision.api_key
+            gw.state.room()  # 503 while the writes waiting for the state store are at their cap
             if decision.fault is not None:
                 await self._before_admission(decision, decision.fault, disconnected)
             if gw.cassettes is not None:  # record / replay: the request as matched, recorded

@@ -224,7 +224,7 @@ class RemoteTiers:
             requested_tier=decision.tier.name, gen=reply, prompt_tokens=req.prompt_tokens,
             cached_tokens=0, stream=upstream, created=int(time.time()),
             principal=decision.principal, network_s=network_time.get(), headers=headers,
-            upstream=upstream, prices=ticket.prices,
+            upstream=upstream, prices=ticket.prices, own_count=req.own_count,
         )
         self.jobs.add(job)
         if not streaming:

@@ -202,15 +202,19 @@ class UpstreamStream(CountStream):
 @dataclass(eq=False)
 class RemoteJob(Job):
     """A job served by an upstream engine. ``gen`` is a ``LiveReply``; usage comes from the
-    upstream's report (its prompt count and cached tokens are the engine's), priced here."""
+    upstream's report (its prompt count and cached tokens are the engine's; the prompt count
+    is the gateway's own where the upstream saw a translation, ``own_count``), priced here."""
 
     upstream: UpstreamStream | None = None  # the same object as ``stream``, typed
     upstream_time_info: dict[str, Any] | None = None
+    own_count: bool = False  # keep ``prompt_tokens`` (``TurnRequest.own_count``)
 
     def take_usage(self, usage: dict[str, Any] | None, time_info: dict[str, Any] | None) -> None:
         if usage is not None:
             prompt, cached = usage_counts(usage)
-            if prompt:
+            if prompt and self.own_count:  # the cached prefix is the engine's, within ours
+                self.cached_tokens = min(cached, self.prompt_tokens)
+            elif prompt:
                 self.prompt_tokens, self.cached_tokens = prompt, cached
         if time_info is not None:
             self.upstream_time_info = time_info

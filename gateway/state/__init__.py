@@ -36,12 +36,15 @@ __all__ = [
 
 
 def open_state(path: str | Path, flush_interval_s: float = 0.25,
-               redis_url: str = "", timeout_s: float = 0.25) -> StateBackend:
+               redis_url: str = "", timeout_s: float = 0.25,
+               pending_max: int = 10_000) -> StateBackend:
     """The backend for ``[state]``: Redis when ``redis_url`` is set (several gateway processes
-    or machines share it; ``timeout_s`` bounds each of its calls on a request's path), else the
+    or machines share it; ``timeout_s`` bounds each of its calls on a request's path;
+    ``pending_max`` bounds what waits in memory while it is away), else the
     SQLite file at ``path`` (``:memory:`` keeps nothing)."""
     if redis_url:
         from .redis_backend import RedisState
 
-        return RedisState(redis_url, flush_interval_s=flush_interval_s, timeout_s=timeout_s)
+        return RedisState(redis_url, flush_interval_s=flush_interval_s, timeout_s=timeout_s,
+                          pending_max=pending_max)
     return SQLiteState(path, flush_interval_s=flush_interval_s)

@@ -21,8 +21,10 @@ Four kinds of state, each with the consistency it needs and no more:
   restart (they refill).
 * **availability** — ``health`` (``gateway.state.health``): a store that can fail (Redis)
   raises ``StateUnavailable`` (a 503) from any call it cannot answer, fails fast while it is
-  known to be down, and logs one line per outage. Write-behind data (ledger rows, responses)
-  stays buffered in memory meanwhile and is written when the store is back.
+  known to be down, and logs one line per outage. Write-behind data (ledger rows, and every
+  stored kind through one write path: ``gateway.state.write_queue``) stays buffered in memory
+  meanwhile, readable, and is written in order when the store is back; ``room`` refuses new
+  turns (503) once ``[state] pending_max`` writes wait.
 * **stored responses** — for ``previous_response_id`` and ``GET/DELETE /v1/responses/{id}``.
   ``put_response`` is write-behind (non-blocking, same durability as ledger rows);
   ``get_response`` is async and must see every response put by any process once it is durable;
@@ -51,6 +53,7 @@ from typing import Any
 
 import orjson
 
+from ..money import cost
 from .health import StateHealth
 
 # how a request ended (UsageRow.ended)
@@ -117,7 +120,7 @@ class UsageTotal:
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["cost_usd"] = round(self.cost_usd, 9)  # a sum of nano-dollar amounts, without noise
+        out["cost_usd"] = cost(self.cost_usd)  # a sum of nano-dollar amounts, without noise
         if self.day is None:
             del out["day"]
         return out
@@ -226,6 +229,10 @@ class StateBackend(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Flush every buffered write and release the store."""
+
+    def room(self) -> None:  # noqa: B027 - a store that cannot be away has no cap
+        """Before a turn: raise ``StateUnavailable`` (503) when the writes waiting for the
+        store reached their cap (a remote store that is away); a local store always has room."""
 
     # -- usage ledger -----------------------------------------------------------------------
 

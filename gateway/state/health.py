@@ -32,11 +32,11 @@ class StateUnavailable(APIError):
     An ``APIError``, so that wherever it surfaces (a turn's admission, a route reading stored
     responses or usage) the client gets the route's own error format, never a 500."""
 
-    def __init__(self, backend: str, retry_s: float = RETRY_S) -> None:
+    def __init__(self, backend: str, retry_s: float = RETRY_S, detail: str = "") -> None:
         super().__init__(
             503,
-            f"The gateway's shared state ({backend}) is unavailable, so this request cannot "
-            "be checked against its limits or stored state. Retry shortly.",
+            detail or f"The gateway's shared state ({backend}) is unavailable, so this request "
+            "cannot be checked against its limits or stored state. Retry shortly.",
             code="state_unavailable", type="service_unavailable_error",
             headers=retry_headers(retry_s))
 

@@ -9,8 +9,10 @@ It lives beside the backends rather than in them: it uses their connection and n
 Contract (as stored responses'):
 
 * ``put`` is write-behind and never blocks (it runs on the hot path, when a turn completes);
-  this process reads its own writes at once (every read first awaits the writes it has
-  pending), other processes once the write landed (a round trip);
+  this process reads its own writes at once (SQLite: every read first awaits the writes it has
+  pending; Redis: a read looks in the one write path's queue first, so an object made while
+  Redis is away is read back from memory until Redis has it), other processes once the write
+  landed (a round trip);
 * ``get``/``owned``/``delete`` are awaited; ``owned`` gives an owner's objects (or everyone's)
   oldest first;
 * objects age out as stored responses do: SQLite keeps the newest ``kept`` per kind, Redis
@@ -25,7 +27,6 @@ import asyncio
 import logging
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ import orjson
 
 from .base import StateBackend
 from .sqlite import SQLiteState
+from .write_queue import Entry
 
 if TYPE_CHECKING:  # imported where Redis is the state: redis-py is ~0.1 s of a start-up
     from .redis_backend import RedisState
@@ -61,24 +63,12 @@ class StoredObject:
 class ObjectStore(ABC):
     """One backend's stored objects (``objects_of``)."""
 
-    def __init__(self) -> None:
-        self._pending: set[asyncio.Task[None]] = set()
-
+    @abstractmethod
     def put(self, item: StoredObject) -> None:
-        """Keep (or replace) an object: written in the background."""
-        task = asyncio.get_running_loop().create_task(self._write(item))
-        self._pending.add(task)
-        task.add_done_callback(self._written)
+        """Keep (or replace) an object: written in the background, never blocking."""
 
-    def _written(self, task: asyncio.Task[None]) -> None:
-        self._pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("state: storing an object failed", exc_info=task.exception())
-
-    async def settled(self) -> None:
-        """Wait for this process's pending writes (read your own writes)."""
-        while self._pending:
-            await asyncio.wait(set(self._pending))
+    async def settled(self) -> None:  # noqa: B027 - Redis reads its queue instead
+        """Wait for this process's writes that a read must see (read your own writes)."""
 
     async def get(self, kind: str, oid: str) -> StoredObject | None:
         await self.settled()
@@ -93,8 +83,6 @@ class ObjectStore(ABC):
         await self.settled()
         return await self._delete(kind, oid)
 
-    @abstractmethod
-    def _write(self, item: StoredObject) -> Coroutine[Any, Any, None]: ...
     @abstractmethod
     async def _get(self, kind: str, oid: str) -> StoredObject | None: ...
     @abstractmethod
@@ -116,10 +104,26 @@ class SQLiteObjects(ObjectStore):
     """A table in the backend's file, used on its one worker thread (as every statement)."""
 
     def __init__(self, state: SQLiteState, kept: int = 100_000) -> None:
-        super().__init__()
         self.state = state
         self.kept = kept  # per kind: older objects are dropped
         self._ready = False
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def put(self, item: StoredObject) -> None:
+        """A local file never is away: one write on the backend's thread, awaited by reads."""
+        task = asyncio.get_running_loop().create_task(self._write(item))
+        self._pending.add(task)
+        task.add_done_callback(self._written)
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("state: storing an object in the SQLite file failed: %s",
+                      task.exception())
+
+    async def settled(self) -> None:
+        while self._pending:
+            await asyncio.wait(set(self._pending))
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         def call(db: Any) -> Any:
@@ -171,29 +175,45 @@ class SQLiteObjects(ObjectStore):
 
 class RedisObjects(ObjectStore):
     """A key per object (expiring with the responses' TTL) and two sorted sets per kind, by
-    creation time: one per owner, one for everyone (the admin's and auth-off view)."""
+    creation time: one per owner, one for everyone (the admin's and auth-off view).
+
+    Writes go through the backend's one write path (``RedisState.enqueue``, ``write_queue``):
+    an object stays in this process's memory, readable, until Redis has it."""
 
     def __init__(self, state: RedisState) -> None:
-        super().__init__()
         self.state = state
 
     def _keys(self, kind: str, oid: str, owner: str | None) -> tuple[str, str, str]:
         k = self.state.key
         return k("obj", kind, oid), k("objs", kind, "all"), k("objs", kind, "owner", owner or "")
 
+    @staticmethod
+    def _entry_key(kind: str, oid: str) -> str:
+        return f"obj:{kind}:{oid}"
+
     async def _call(self, op: str, fn: Any) -> Any:
         """One bounded Redis call through the backend's link (its breaker and metrics)."""
         return await self.state.link.call(op, fn)
 
-    async def _write(self, item: StoredObject) -> None:
+    def put(self, item: StoredObject) -> None:
         key, every, mine = self._keys(item.kind, item.id, item.owner)
-        pipe = self.state.link.slow.pipeline(transaction=True)
-        pipe.set(key, item.encode(), ex=self.state.response_ttl_s)
-        pipe.zadd(every, {item.id: item.created})
-        pipe.zadd(mine, {item.id: item.created})
-        await self._call("objects", pipe.execute)
+        raw, ttl = item.encode(), self.state.response_ttl_s
+
+        def write(pipe: Any) -> None:
+            pipe.set(key, raw, ex=ttl)
+            pipe.zadd(every, {item.id: item.created})
+            pipe.zadd(mine, {item.id: item.created})
+
+        self.state.enqueue(Entry(self._entry_key(item.kind, item.id), item, write))
+
+    def _held(self, kind: str, oid: str) -> StoredObject | None:
+        held = self.state.writes.get(self._entry_key(kind, oid))
+        return held if isinstance(held, StoredObject) else None
 
     async def _get(self, kind: str, oid: str) -> StoredObject | None:
+        held = self._held(kind, oid)
+        if held is not None:
+            return held
         key = self._keys(kind, oid, None)[0]
         raw = await self._call("objects", lambda: self.state.link.fast.get(key))
         return None if raw is None else StoredObject.decode(raw)
@@ -204,30 +224,36 @@ class RedisObjects(ObjectStore):
         index = every if everyone else mine
         ids = [i.decode() if isinstance(i, bytes) else str(i)
                for i in await self._call("objects", lambda: r.zrange(index, 0, -1))]
-        if not ids:
-            return []
-        keys = [self._keys(kind, i, None)[0] for i in ids]
-        raws = await self._call("objects", lambda: r.mget(keys))
-        out, gone = [], []
-        for oid, raw in zip(ids, raws, strict=True):
-            if raw is None:
-                gone.append(oid)  # expired: dropped from the index now
-            else:
-                out.append(StoredObject.decode(raw))
-        if gone:
-            await self._call("objects", lambda: r.zrem(index, *gone))
-        return out
+        out: dict[str, StoredObject] = {}
+        if ids:
+            keys = [self._keys(kind, i, None)[0] for i in ids]
+            raws = await self._call("objects", lambda: r.mget(keys))
+            gone = []
+            for oid, raw in zip(ids, raws, strict=True):
+                if raw is None:
+                    gone.append(oid)  # expired (or not written yet): dropped from the index
+                else:
+                    out[oid] = StoredObject.decode(raw)
+            if gone:
+                await self._call("objects", lambda: r.zrem(index, *gone))
+        for entry in self.state.writes.entries(self._entry_key(kind, "")):
+            held = entry.item  # this process's objects Redis does not have yet
+            if isinstance(held, StoredObject) and (everyone or held.owner == owner):
+                out[held.id] = held
+        return sorted(out.values(), key=lambda o: (o.created, o.id))
 
     async def _delete(self, kind: str, oid: str) -> bool:
         item = await self._get(kind, oid)
         if item is None:
             return False
         key, every, mine = self._keys(kind, oid, item.owner)
-        pipe = self.state.link.fast.pipeline(transaction=True)
-        pipe.delete(key)
-        pipe.zrem(every, oid)
-        pipe.zrem(mine, oid)
-        await self._call("objects", pipe.execute)
+        async with self.state.writes.lock:  # never raced by a write that would bring it back
+            pipe = self.state.link.fast.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.zrem(every, oid)
+            pipe.zrem(mine, oid)
+            await self._call("objects", pipe.execute)
+            self.state.writes.discard(self._entry_key(kind, oid))
         return True
 
 

@@ -14,10 +14,12 @@ must see the same rate-limit buckets, stored responses, usage totals and setting
   however many rows there are. Each batch is counted once: its transaction also records the
   batch's number for this process, and a batch whose write failed (perhaps after Redis applied
   it) is written again only if that number is lower (``_write_batch``).
-- **responses**: ``put_response`` wakes a writer task that sends every pending response in one
-  pipeline at once (not at the next flush: a continuation may arrive at another gateway a round
-  trip later; a read that misses asks again for up to ~1 s, so such a continuation waits for
-  the write instead of failing); entries expire after ``response_ttl_s``.
+- **responses** and every other stored kind (``gateway.state.objects``): one write path, the
+  ``WriteQueue`` (``write_queue``): ``put_response`` and ``enqueue`` wake a writer task that
+  sends every pending entry in one pipeline at once (not at the next flush: a continuation
+  may arrive at another gateway a round trip later; a read that misses asks again for up to
+  ~1 s, so such a continuation waits for the write instead of failing); entries expire after
+  ``response_ttl_s``.
 - **settings**: a hash per namespace; writes are awaited, reads served from memory and
   refreshed from Redis every ``flush_interval_s`` (so rules set on one gateway apply on all).
 
@@ -28,7 +30,8 @@ call goes through ``RedisLink`` (``redis_link``): bounded asyncio clients (``[st
 on a request's path) and the breaker of ``health`` (``gateway.state.health``): a failure is a
 ``StateUnavailable`` (503), logged once per outage, and calls fail fast until the background
 task's probe (every ``flush_interval_s``) finds Redis answering again; it then writes what was
-buffered meanwhile (rows and responses wait in memory; a restart during an outage loses them).
+buffered meanwhile (rows and stored objects wait in memory, readable, up to ``pending_max``;
+a restart during an outage loses them).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from .base import (
 )
 from .health import StateHealth, StateUnavailable
 from .redis_link import RedisLink
+from .write_queue import PENDING_MAX, Entry, WriteQueue
 
 log = logging.getLogger("fastmode.state.redis")
 
@@ -110,12 +114,13 @@ RESPONSE_WAITS_S = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.4)
 class RedisState(StateBackend):
     def __init__(self, url: str, *, prefix: str = "fastmode:", flush_interval_s: float = 0.25,
                  timeout_s: float = 0.25, response_cache: int = 1024,
-                 response_ttl_s: int = 30 * 86400) -> None:
+                 response_ttl_s: int = 30 * 86400, pending_max: int = PENDING_MAX) -> None:
         self.url = url
         self.prefix = prefix
         self.flush_interval_s = flush_interval_s
         self.timeout_s = timeout_s
         self.response_ttl_s = response_ttl_s
+        self.pending_max = pending_max
         self.health = StateHealth("Redis", log)
         self.link = RedisLink(url, timeout_s, self.health)
         self._take_sha = ""
@@ -127,7 +132,7 @@ class RedisState(StateBackend):
         self._batches = 0  # the number of this process's last ledger batch
         self._cache = ResponseCache(response_cache)
         self._settings: dict[str, dict[tuple[str, str], Any]] = {}
-        self._responses: list[StoredResponse] = []
+        self.writes = WriteQueue()  # every stored kind's one write path (``write_queue``)
         self._wake = asyncio.Event()
         self._closing = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -170,7 +175,7 @@ class RedisState(StateBackend):
                 await self.flush()
             except StateUnavailable:
                 log.error("state: Redis unavailable at exit: %d ledger rows and %d stored "
-                          "responses were not written", self.rows_pending, len(self._responses))
+                          "objects were not written", self.rows_pending, len(self.writes))
         await self.link.aclose()
 
     async def _background(self) -> None:
@@ -196,7 +201,7 @@ class RedisState(StateBackend):
         return len(self._rows) + (len(self._unsure[1]) if self._unsure else 0)
 
     async def flush(self) -> None:
-        await self._write_responses()
+        await self._write_pending()
         async with self._flush_lock:
             if not self.link.opened:
                 return
@@ -309,13 +314,28 @@ class RedisState(StateBackend):
 
     # -- stored responses -------------------------------------------------------------------
 
+    def room(self) -> None:
+        """Refuse a new turn (503) while ``pending_max`` writes wait for Redis."""
+        waiting = len(self.writes) + self.rows_pending
+        if waiting >= self.pending_max:
+            raise StateUnavailable(self.health.backend, detail=(
+                f"The gateway holds {waiting} writes its shared state (Redis) has not taken "
+                f"yet, its limit ([state] pending_max = {self.pending_max}). Retry shortly."))
+
+    def enqueue(self, entry: Entry) -> None:
+        """Hand a write to the one write path; the writer sends it now (not at the next
+        flush), and it stays in memory until Redis has it."""
+        self.writes.put(entry)
+        self._wake.set()
+
     def put_response(self, item: StoredResponse) -> None:
         self._cache.keep(item)
-        self._responses.append(item)
-        self._wake.set()  # the response writer sends it now, not at the next flush
+        key, raw = self._k("resp", item.id), item.encode()
+        self.enqueue(Entry("resp:" + item.id, item,
+                           lambda pipe: pipe.set(key, raw, ex=self.response_ttl_s)))
 
     async def _response_writer(self) -> None:
-        """Writes stored responses as they come, every pending one in one pipeline: one
+        """Writes what is pending as it comes, every pending entry in one pipeline: one
         connection and about one round trip of delay, however many turns end at once. What
         fails waits for the background task's next flush (after Redis is back)."""
         while not self._closing.is_set():
@@ -324,21 +344,20 @@ class RedisState(StateBackend):
             if self._closing.is_set():
                 return  # close() writes what is left
             with contextlib.suppress(StateUnavailable):  # counted and logged by `health`
-                await self._write_responses()
+                await self._write_pending()
 
-    async def _write_responses(self) -> None:
-        items, self._responses = self._responses, []
-        if not items or not self.link.opened:
-            self._responses[:0] = items
-            return
-        pipe = self.link.slow.pipeline(transaction=False)
-        for item in items:
-            pipe.set(self._k("resp", item.id), item.encode(), ex=self.response_ttl_s)
-        try:
-            await self.link.call("put_response", pipe.execute)
-        except StateUnavailable:
-            self._responses[:0] = items  # retried with the next ones (or at the next flush)
-            raise
+    async def _write_pending(self) -> None:
+        """Every pending entry, oldest first, in one pipeline; they leave the queue only once
+        it succeeded (a failure keeps them all, in order, for the next try)."""
+        async with self.writes.lock:
+            entries = self.writes.batch()
+            if not entries or not self.link.opened:
+                return
+            pipe = self.link.slow.pipeline(transaction=False)
+            for entry in entries:
+                entry.write(pipe)
+            await self.link.call("write", pipe.execute)
+            self.writes.landed(entries)
 
     def cached_response(self, rid: str) -> StoredResponse | None:
         return self._cache.get(rid)
@@ -349,7 +368,7 @@ class RedisState(StateBackend):
         writes its response to Redis a moment after the answer (a writer task, off the
         request's path), and a client that continues at once on another gateway can get here
         first. Only an id nobody stored pays the wait (its 4xx comes ~1 s later)."""
-        hit = self._cache.get(rid)
+        hit = self._cache.get(rid) or self.writes.get("resp:" + rid)
         if hit is not None or not self.link.opened:
             return hit
         key, r = self._k("resp", rid), self.link.fast
@@ -366,10 +385,12 @@ class RedisState(StateBackend):
         return item
 
     async def delete_response(self, rid: str) -> bool:
-        deleted = 0 if not self.link.opened else await self.link.call(
-            "delete_response", lambda: self.link.fast.delete(self._k("resp", rid)))
+        async with self.writes.lock:  # never raced by a write that would bring it back
+            deleted = 0 if not self.link.opened else await self.link.call(
+                "delete_response", lambda: self.link.fast.delete(self._k("resp", rid)))
+            pending = self.writes.discard("resp:" + rid)
         known = self._cache.pop(rid, None) is not None
-        return known or deleted > 0
+        return known or pending or deleted > 0
 
     # -- settings ---------------------------------------------------------------------------
 

@@ -111,7 +111,9 @@ async def test_text_turn_summary(live_server: str, kw: dict) -> None:
     assert s.tier == ("default" if kw["transport"] == "ws" else "spark")
     assert s.finish_reason in ("length", "max_output_tokens")
     line = s.line()
-    assert "TTFT" in line and "tok/s" in line and "40 tokens" in line and "$" in line
+    assert "TTFT" in line and "tok/s" in line and "40 tokens" in line
+    shown = line.split("$", 1)[1].split(" ", 1)[0]  # the server's number, every digit of it
+    assert float(shown) == s.cost_usd and len(shown.partition(".")[2]) == 9, shown
 
 
 @pytest.mark.parametrize("kw", TRANSPORTS)

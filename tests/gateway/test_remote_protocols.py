@@ -14,6 +14,7 @@ import openai
 import pytest
 from test_remote import aclient, gw_metric, topo  # noqa: F401
 
+from backends.tokenizer import count_chat_prompt
 from gateway.pipeline.request import TurnRequest
 from gateway.remote import upstream_payload
 
@@ -114,7 +115,10 @@ async def test_anthropic_messages_non_streamed_and_streamed(topo) -> None:
                                        messages=[{"role": "user", "content": "hello"}])
     assert msg.content[0].text == "hi " * 5 and msg.usage.output_tokens == 5
     assert msg.usage.speed == "fast"
-    assert msg.usage.model_extra["cost_usd"] == pytest.approx(fast_price(topo, 10, 0, 5))
+    # the count of what the client sent (as in process), not the upstream's of its translation
+    sent = count_chat_prompt([{"role": "user", "content": "hello"}], None)
+    assert msg.usage.input_tokens == sent != 10
+    assert msg.usage.model_extra["cost_usd"] == pytest.approx(fast_price(topo, sent, 0, 5))
     async with client.messages.stream(model="frontier", max_tokens=40,
                                       messages=[{"role": "user", "content": "hi"}]) as s:
         text = "".join([t async for t in s.text_stream])

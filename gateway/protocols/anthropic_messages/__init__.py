@@ -129,6 +129,7 @@ class MessagesProtocol(Protocol):
             stream=req.stream,
             authorization=f"Bearer {key}" if key else ctx.headers.get("authorization"),
             messages=messages,
+            own_count=True,
             prefix=messages_prefix(req, role, prompt),  # cache_control breakpoints
             reasoning_param="thinking",
         )

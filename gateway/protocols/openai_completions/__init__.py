@@ -89,6 +89,7 @@ class CompletionsProtocol(Protocol):
             stream=req.stream,
             authorization=ctx.headers.get("authorization"),
             messages=messages,
+            own_count=True,
             prefix=text_prefix(prompt, tokens, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
         )

@@ -55,7 +55,11 @@ class CompletionsEncoder(Encoder):
         self.prefix = head
         self.suffix = b',"logprobs":null,"finish_reason":null}]' + (
             b',"usage":null}' if include_usage else b"}")
-        self.finish = len(job.gen.pieces) - 1  # index of the token that carries the reason
+        # the index of the token whose chunk carries the reason: the last one of a whole reply;
+        # none of a live one (a remote tier's: its last token and its reason are not known
+        # while it arrives), whose reason gets a chunk of its own at the close
+        live = bool(getattr(job.gen, "live", False))
+        self.finish = -1 if live else len(job.gen.pieces) - 1
         self.finish_sent = False
 
     def _text(self, i: int) -> str:
