@@ -158,7 +158,7 @@ class PricingConfig(Strict):
 
 Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 ReplyKind = Literal["greeting", "short", "normal", "long"]
-TaskKind = Literal["greeting", "short", "normal", "long", "hard"]
+TaskKind = Literal["greeting", "short", "normal", "long", "hard", "step"]
 
 
 class BehaviorConfig(Strict):
