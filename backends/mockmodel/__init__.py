@@ -120,7 +120,7 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
     last_role = str(last.get("role", "")) if last is not None else ""
     user_text = message_text(last) if last_role == "user" else ""
     if last_role == "user":
-        rule = match_script(scripts, user_text)  # the operator's rules see the whole text
+        rule = match_script(scripts, user_text, {t.name for t in req.tools})  # the whole text
         if rule is not None:
             return scripted(rule, req, streams)
     user_text = cue_text(user_text)

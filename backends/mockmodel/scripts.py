@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from .pieces import finish_text, finish_tool_call
 from .request import Generation, GenerationRequest, ScriptRule, ToolCall
@@ -16,9 +16,14 @@ from .streams import Streams
 from .toolcalls import call_id, dumps
 
 
-def match_script(scripts: Sequence[ScriptRule], user_text: str) -> ScriptRule | None:
-    """The first rule whose regex is found in the last user message."""
+def match_script(scripts: Sequence[ScriptRule], user_text: str,
+                 offered: Collection[str] = ()) -> ScriptRule | None:
+    """The first rule whose regex is found in the last user message; a rule that calls a tool
+    only when the request offers that tool (``offered``: the tools' names), as a model can
+    call only what it was given."""
     for rule in scripts:
+        if rule.tool_name is not None and rule.tool_name not in offered:
+            continue
         if _compiled(rule.match).search(user_text):
             return rule
     return None

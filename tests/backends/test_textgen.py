@@ -348,7 +348,8 @@ def test_scripts_match_and_win() -> None:
     assert g.finish_reason == "stop"
     assert_consistent(g)
     msgs = [{"role": "user", "content": "weather?"}]
-    g = gen(msgs, scripts=scripts, quality=QualityProfile(1.0))
+    assert gen(msgs, scripts=scripts).tool_calls == ()  # its tool not offered: never called
+    g = gen(msgs, scripts=scripts, tools=[WEATHER], quality=QualityProfile(1.0))
     assert g.finish_reason == "tool_calls"
     assert (g.tool_calls[0].name, g.tool_calls[0].arguments) == ("get_weather", '{"city":"Oslo"}')
     assert g.tool_calls[0].botched is None
