@@ -27,7 +27,7 @@ from .botching import maybe_botch
 from .field_markers import asked_fields, marker_reply
 from .pieces import finish_tool_calls, with_reasoning
 from .prompted_json import prompted_json
-from .prose import last_user_text, text_reply, tool_result_opener
+from .prose import last_user_text, text_reply, tool_result_opener, tool_result_reply
 from .request import (
     BOTCH_KINDS,
     CUE_CHARS,
@@ -147,5 +147,7 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
                                     fenced=asked.fenced and fmt is None)
     if fmt is not None:
         return structured_reply(req, streams, last_user_text(req.messages), quality)
+    if last_role == "tool" and not req.ignore_eos:
+        return tool_result_reply(req)
     opener = tool_result_opener(req.messages) if last_role == "tool" else None
     return text_reply(req, streams, opener, behavior.replies)

@@ -16,7 +16,7 @@ from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
 from .harness import user_task
 from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from .pieces import finish_text
-from .request import Generation, GenerationRequest
+from .request import Generation, GenerationRequest, message_text
 from .streams import Streams
 from .wordbank import (
     ADJECTIVES,
@@ -97,6 +97,26 @@ def tool_result_opener(messages: Sequence[Mapping[str, Any]]) -> str:
     if name:
         return f"Based on the result of {name}, here is what I found."
     return "Based on the tool output, here is what I found."
+
+
+MAX_QUOTED_CHARS = 240  # of a tool's result in the answer after it
+
+
+def tool_result_reply(req: GenerationRequest) -> Generation:
+    """The answer after a tool result: the opener naming the tool, then what it returned (its
+    first lines, up to ``MAX_QUOTED_CHARS``), and nothing more: the model answers from the
+    result and stops, as a model does after a lookup."""
+    opener = tool_result_opener(req.messages)
+    results = []
+    for message in reversed(req.messages):
+        if message.get("role") != "tool":
+            break
+        results.append(" ".join(message_text(message).split()))
+    quoted = " / ".join(r for r in reversed(results) if r)
+    if len(quoted) > MAX_QUOTED_CHARS:
+        quoted = quoted[:MAX_QUOTED_CHARS].rsplit(" ", 1)[0] + " …"
+    text = f"{opener[:-1]}: {quoted}" if quoted else opener
+    return finish_text(text, req.max_tokens, req.stop)
 
 
 def _third_person(verb: str) -> str:
