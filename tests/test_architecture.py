@@ -4,6 +4,7 @@ modules small enough to hold one job."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,12 @@ def test_the_suites_schedule_names_files_that_exist() -> None:
     tests = Path(__file__).parent
     assert [f for f in SLOWEST_FILES if not (tests / f).is_file()] == []
     assert len(set(SLOWEST_FILES)) == len(SLOWEST_FILES)
+
+
+def test_the_architecture_page_names_every_gateway_package() -> None:
+    """docs/architecture.md's table of gateway/'s subpackages is the folders, no more, no less."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## gateway/ by concern", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `gateway/(\w+)/` \|", table, re.MULTILINE))
+    folders = {p.parent.name for p in (ROOT / "gateway").glob("*/__init__.py")}
+    assert named == folders
