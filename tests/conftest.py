@@ -7,6 +7,7 @@ two workers never race for one port; scratch files (the usage ledger) are per pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -16,9 +17,9 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -228,3 +229,20 @@ def server_factory(tmp_path: Path):
     yield make
     for p in procs:
         stop_server(p)
+
+
+@contextlib.asynccontextmanager
+async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
+    """The gateway's ASGI app on ``text`` (a config file laid over the default) with its own
+    state file in ``tmp_path``, its lifespan started and stopped around the block."""
+    from gateway.config import load_config
+    from gateway.edge.app import create_app
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    config = load_config(cfg)
+    config = config.model_copy(update={"state": config.state.model_copy(
+        update={"path": str(tmp_path / "l.db")})})
+    app = create_app(config)
+    async with app.router.lifespan_context(app):
+        yield app

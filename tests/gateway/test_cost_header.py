@@ -9,24 +9,15 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import started_app
 
-from gateway.config import load_config
-from gateway.edge.app import create_app
 from gateway.money import COST_DIGITS, cost_text
 
 
 @pytest.fixture
 async def app(tmp_path) -> AsyncIterator[Any]:
-    cfg = tmp_path / "c.toml"
-    cfg.write_text("")
-    config = load_config(cfg)
-    config = config.model_copy(update={"state": config.state.model_copy(
-        update={"path": str(tmp_path / "l.db")})})
-    application = create_app(config)
-    ctx = application.router.lifespan_context(application)
-    await ctx.__aenter__()
-    yield application
-    await ctx.__aexit__(None, None, None)
+    async with started_app(tmp_path) as application:
+        yield application
 
 
 def requests(model: str, n: int, prompt: str) -> dict[str, tuple[str, dict[str, Any]]]:

@@ -11,9 +11,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-
-from gateway.config import load_config
-from gateway.edge.app import create_app
+from conftest import started_app
 
 HI = [{"role": "user", "content": "Tell me about caches"}]
 # (route, body, what the stream's last event holds)
@@ -33,16 +31,8 @@ STREAMS = {
 @pytest.fixture
 async def recording(tmp_path: Path) -> AsyncIterator[tuple[Any, Path]]:
     tapes = tmp_path / "tapes"
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[record]\ndir = "{tapes}"\n')
-    config = load_config(cfg)
-    config = config.model_copy(update={"state": config.state.model_copy(
-        update={"path": str(tmp_path / "l.db")})})
-    app = create_app(config)
-    ctx = app.router.lifespan_context(app)
-    await ctx.__aenter__()
-    yield app, tapes
-    await ctx.__aexit__(None, None, None)
+    async with started_app(tmp_path, f'[record]\ndir = "{tapes}"\n') as app:
+        yield app, tapes
 
 
 def recorded_ids(tapes: Path) -> list[str]:
