@@ -9,7 +9,7 @@ the same T tokens land on fewer distinct experts, and a decode step at a few doz
 reads fewer expert weights than uniform routing says. The uniform model made every MoE decode
 step's expert reads grow too fast with the batch: the fit ran ``expert_read_efficiency`` to
 its ceiling (1.0) and still predicted gpt-oss's ITL at 16-64 users 10-36% too slow while it was
-right at 1-4 (docs/calibration.md, "Issue 24's routing pass").
+right at 1-4 (docs/notes/calibration.md).
 
 The model: each expert's probability of being picked by a token is ``(k/E) * g`` with ``g``
 drawn from a Gamma distribution of mean 1 and squared coefficient of variation ``cv2`` (a

@@ -1,11 +1,11 @@
-"""How well the performance model predicts published measurements (issue 14's benchmark).
+"""How well the performance model predicts published measurements.
 
 Evaluates every figure of the public calibration set (backends/data/measurements/published.toml)
 with the shipped hardware profiles (the in-sample error: the fitted parameters saw these
 figures) and by leave-one-source-out cross-validation (each source predicted by a fit that
 never saw it: the error to expect on measurements the model was not fitted to). Prints, per
 source, per metric and per hardware, the median and worst absolute error, the worst
-cross-validated figures, then the totals. Targets (issue 24: median cross-validated error <= 8%
+cross-validated figures, then the totals. Targets (median cross-validated error <= 8%
 overall and <= 15% on TTFT, no figure refused) are reported, not asserted.
 
     python bench/calibration.py            # the error tables
@@ -49,7 +49,7 @@ from backends.profiles import Catalog
 DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
 HARDWARE_TOML = DATA / "hardware.toml"
 ENGINES_TOML = DATA / "engines.toml"
-TARGET_CV_MEDIAN = 0.08  # issue 24: cross-validated median <= 8% overall...
+TARGET_CV_MEDIAN = 0.08  # cross-validated median <= 8% overall...
 TARGET_CV_TTFT = 0.15  # ...and <= 15% on the time to the first token
 FIT_NOTE = "fitted (bench/calibration.py --write)"
 

@@ -1,4 +1,4 @@
-"""The streaming hot path against a bare ASGI app, per protocol and ``stream_interval`` (issue 12).
+"""The streaming hot path against a bare ASGI app, per protocol and ``stream_interval``.
 
 For Chat SSE, Responses SSE, the Responses websocket and Anthropic SSE, at ``stream_interval``
 1 and 8 (``[tiers.spark] stream_interval``), on the spark tier (~1,150 tok/s per stream):

@@ -1,4 +1,4 @@
-"""The model against publishers it was never fitted to: issue 24's held-out InferenceMAX runs.
+"""The model against publishers it was never fitted to: the held-out InferenceMAX runs.
 
 ``bench/data/heldout_inferencemax.toml`` holds SemiAnalysis InferenceMAX's DeepSeek-R1 runs and
 its B200 TensorRT-LLM gpt-oss runs (extracted once by ``bench/heldout_extract.py``; they are

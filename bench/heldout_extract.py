@@ -1,4 +1,4 @@
-"""Extract issue 24's held-out InferenceMAX runs once into bench/data/heldout_inferencemax.toml.
+"""Extract the held-out InferenceMAX runs once into bench/data/heldout_inferencemax.toml.
 
 The held-out figures judge the performance model from outside its fit (docs/calibration.md,
 "How good it is"): SemiAnalysis InferenceMAX's DeepSeek-R1 runs (every GPU, SGLang and ATOM)
@@ -37,7 +37,7 @@ CONDITIONS = ("hw", "framework", "image", "model", "precision", "isl", "osl", "t
 FIGURES = ("median_ttft", "mean_tpot", "output_tput_per_gpu")
 
 HEADER = """\
-# HELD-OUT figures of issue 24 (docs/calibration.md, "How good it is"): SemiAnalysis
+# HELD-OUT figures (docs/calibration.md, "How good it is"): SemiAnalysis
 # InferenceMAX's DeepSeek-R1 runs (H200, B200, MI300X, MI325X, MI355X; SGLang and ATOM) and its
 # B200 TensorRT-LLM gpt-oss runs. They are NOT in backends/data/measurements/published.toml and
 # never enter the fit or the cross-validation: they judge the model from outside.

@@ -6,7 +6,7 @@ with an enum of a million values. Work like that done on the event loop stalls e
 connection of the process, ``/healthz`` included. This script sends each such request to a real
 ``fastmode serve`` while a probe thread asks ``GET /healthz`` on its own keep-alive connection
 every ``PROBE_S``, and prints per case the answer's status and time and the worst ``/healthz``
-latency seen while the case ran (the stall). The target (issue 28) is a worst stall <= 0.5 s.
+latency seen while the case ran (the stall). The target is a worst stall <= 0.5 s.
 
 The bodies are built before a case starts (the client's own work does not overlap the
 measurement); each case runs alone, after the previous one's answer. The first rows are the
@@ -121,7 +121,7 @@ CASES = [
          lambda: orjson.dumps(chat(user(_dots(390_000))))),
     Case("chat: 2,048 messages under the context window", "/v1/chat/completions",
          _json(chat([{"role": "user", "content": "hello there, " * 14}] * 2048))),
-    # issue 28, item 9: small requests; each should be a 400
+    # small requests; each should be a 400
     Case("chat: content part type []", "/v1/chat/completions",
          _json(chat(user([{"type": [], "text": "hi"}])))),
     Case("responses: content part type []", "/v1/responses",

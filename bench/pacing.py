@@ -1,4 +1,4 @@
-"""Pacing and cost, fastmode beside the bare ASGI app in one run (issue 21): one table.
+"""Pacing and cost, fastmode beside the bare ASGI app in one run: one table.
 
 Each row is measured on both servers in turn (fastmode, bare, fastmode, bare... ``--repeat``
 times), so both see the machine in the same state; the table gives the median and the range.

@@ -1,4 +1,4 @@
-"""What a Redis outage does to a gateway (issue 28, finding 5): hung, then stopped.
+"""What a Redis outage does to a gateway: hung, then stopped.
 
 A private ``redis-server`` on a free loopback port and a ``fastmode serve`` on it (auth on, one
 key with a limit on the spark tier, so each of its requests takes from a bucket in Redis). Then:

@@ -1,4 +1,4 @@
-"""What the shared state costs per request: Redis vs the embedded SQLite default (issue #15).
+"""What the shared state costs per request: Redis vs the embedded SQLite default.
 
 Per request the gateway touches the state a fixed number of times, never per token: for a key
 with request and token limits, admission takes from both buckets at once (one ``take_all_async``),

@@ -1,4 +1,4 @@
-"""The remote hop per protocol: client -> gateway -> engine vs client -> engine (issue #15).
+"""The remote hop per protocol: client -> gateway -> engine vs client -> engine.
 
 A spark engine (``fastmode engine``) runs in its own process, and a gateway whose spark tier is
 remote points at it. Streams of TOKENS tokens go one at a time, in rounds, directly to the

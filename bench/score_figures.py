@@ -6,7 +6,7 @@ it: the batch reached, the KV capacity behind it, one decode step split into its
 (weights, GEMMs, attention, the layer floor, collectives, host work), the waves of an offline
 run. A hypothesis ("the grouped GEMMs are slower", "the KV cache is bf16") is then scored by
 changing one term or one condition and printing the same figures again, the fit untouched
-(docs/calibration.md, "Issue 24: the v1.2 MoE rows, diagnosed").
+(docs/calibration.md).
 
     python -m bench.score_figures --source trtllm-perf-overview-v12
     python -m bench.score_figures --match qwen3 --set hw.expert_compute_efficiency=0.5

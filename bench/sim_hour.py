@@ -1,4 +1,4 @@
-"""A simulated hour of mixed traffic on the default config, in virtual time (issue 2's benchmark).
+"""A simulated hour of mixed traffic on the default config, in virtual time.
 
 20 requests/s, Poisson arrivals, 2,000-token prompts and 500-token outputs, 70% standard / 20%
 fast / 10% spark: the same code as

@@ -1,4 +1,4 @@
-"""The structured-output generator's time per request, for large schemas (issue 11's benchmark).
+"""The structured-output generator's time per request, for large schemas.
 
 Three schemas, each answered as a whole mock-model reply (``generate``: the JSON value, its
 text, the tokenization and the cut at ``max_tokens``), over many seeds:

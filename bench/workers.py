@@ -1,4 +1,4 @@
-"""Streaming capacity of `fastmode serve --workers 1` vs `--workers 2` (issue #15).
+"""Streaming capacity of `fastmode serve --workers 1` vs `--workers 2`.
 
 N concurrent spark streams (``ignore_eos``, TOKENS tokens each, ~1,100 tok/s per stream), N
 growing by 1.25x, until some stream's steady rate leaves 95-105% of its modeled rate (the

@@ -1,4 +1,4 @@
-"""A 20-turn agent session over fresh HTTP, keep-alive HTTP and one websocket (issue 4).
+"""A 20-turn agent session over fresh HTTP, keep-alive HTTP and one websocket.
 
 The session is agent-shaped: short prompts, a tool offered on every turn; a user message makes
 the model call the tool, the client sends the tool's output back (``function_call_output``) and
@@ -17,7 +17,7 @@ generates the same tokens. Loopback only; servers are started here and stopped a
 every session is time-bounded.
 
 OpenAI's Codex-Spark numbers (persistent websocket: per-roundtrip overhead -80%, per-token
-overhead -30%, TTFT -50%) are checked with two more figures (issue 23):
+overhead -30%, TTFT -50%) are checked with two more figures:
 
 * **per-roundtrip overhead** of a turn: the client's TTFT minus the engine's own (the turn's
   ``time_info``: queue wait without the emulated network, plus prefill) -- the network's round

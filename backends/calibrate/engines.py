@@ -144,7 +144,7 @@ def load_engines() -> dict[str, EngineProfile]:
 # the request, the hop to the engine process, detokenizing and streaming the first token: the
 # prior the whole request overhead had before the harness was a condition of a figure), and
 # 2 us per prompt token to tokenize the prompt's text (an estimate: a Hugging Face fast
-# tokenizer's encode in a server's log, tenstorrent/tt-inference-server issue #2173, 131
+# tokenizer's encode in a server's log, https://github.com/tenstorrent/tt-inference-server/issues/2173, 131
 # tokens in 1.3-2.8 ms with its per-call cost; vLLM's and ATOM's API servers tokenize in
 # their Python process before handing token ids to the engine).
 _ENGINE_PRIOR = {"request_overhead_ms": 1.0, "step_overhead_ms": 1.0, "gqa_reread": 0.0,

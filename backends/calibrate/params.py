@@ -74,9 +74,9 @@ ENGINE_SPECS: dict[str, Param] = {p.name: p for p in (
 )}
 # Kernel behaviour common to the GPU engines: fitted once over all GPU figures, then fixed.
 # Skewed routing (expert_load_cv2, backends/expert_skew.py) is measured but not in the shipped
-# fit: issue 24's routing pass refitted with it (in-sample 6.1% -> 5.4%) left the
+# fit: a refit with it (in-sample 6.1% -> 5.4%) left the
 # cross-validated median at 10.9% and took TTFT's from 11.9% to 12.2% (docs/calibration.md,
-# "Issue 24's routing pass"). True puts it in SHARED with its prior; every profile keeps
+# docs/notes/calibration.md). True puts it in SHARED with its prior; every profile keeps
 # uniform routing (0) otherwise.
 ROUTING_SKEW_IN_FIT = False
 SHARED = ("gemm_min_tokens", "roofline_overlap", "gemm_half_tokens", "attention_half_tokens",
@@ -124,9 +124,9 @@ W4A16_PRIOR = 0.26
 EXPERT_LOAD_CV2_PRIOR = 0.3
 # NCCL's collectives on NVLink reach ~370 GB/s of NVLink 4's 450 GB/s line rate on 8 x H100:
 # "With the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s"
-# (S. Jeaugey, NVIDIA, NVIDIA/nccl-tests issue #212); the same library and protocols on every
+# (S. Jeaugey, NVIDIA, https://github.com/NVIDIA/nccl-tests/issues/212); the same library and protocols on every
 # NVLink generation. At a decode step's sizes, torch.distributed's NCCL all-reduce on 8 x H100
-# took 59 / 91 / 136 us at 4 / 8 / 16 MB (ByteDance-Seed/Triton-distributed issue #57): a
+# took 59 / 91 / 136 us at 4 / 8 / 16 MB (https://github.com/ByteDance-Seed/Triton-distributed/issues/57): a
 # latency of ~45 us and a busbw of 290-325 GB/s from the slope, 0.64-0.72 of the line rate.
 # AMD's Infinity Fabric (RCCL): no measurement read, the line rate as before.
 NVLINK_BUS_SHARE = 370.0 / 450.0

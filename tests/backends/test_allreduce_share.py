@@ -1,5 +1,5 @@
 """The collectives' bus-bandwidth share (``allreduce_bus_share``): a chip/fabric term of the
-tensor-parallel all-reduce, with its prior from a published NCCL measurement (issue 24)."""
+tensor-parallel all-reduce, with its prior from a published NCCL measurement."""
 
 from __future__ import annotations
 

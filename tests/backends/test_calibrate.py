@@ -288,7 +288,7 @@ def _bench_report(config: Path, concurrency: int, requests: int) -> dict[str, An
     the server runs its engine in real time, where each token leaves at its step's modeled end
     (real time = virtual time), so the same engine in virtual time gives the timestamps that
     the bench measures on an idle machine, exactly. A wall-clock run on a busy machine adds
-    the machine's delays to every figure and the fit follows them (issue 20).
+    the machine's delays to every figure and the fit follows them.
 
     The closed loop is the bench's: C users, each sending its next request when its previous
     one ends, N in all; each request's tokens arrive at the ends of the steps that made them;

@@ -187,7 +187,7 @@ def test_argparse_errors_exit_2(capsys):
     assert exc.value.code == 2
 
 
-# -- issue 24: every hardware, precision and placement option -------------------------------
+# -- every hardware, precision and placement option -------------------------------
 
 NEW_HARDWARE = ["mi300x", "mi325x", "mi355x", "gh200", "gb200-nvl72", "gb300-nvl72", "b300"]
 

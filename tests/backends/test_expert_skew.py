@@ -110,7 +110,7 @@ def test_the_prior_is_the_spread_of_the_measured_gini() -> None:
 
 
 def test_the_shipped_fit_keeps_uniform_routing_unless_the_term_is_switched_on() -> None:
-    # issue 24's routing pass measured the term but did not adopt it (docs/calibration.md):
+    # a refit measured the term but did not adopt it (docs/notes/calibration.md):
     # every prior and profile is uniform routing, so the shipped fit and its cross-validation
     # are the ones documented; switched on, it is a shared term that starts at its prior
     in_fit = "expert_load_cv2" in SHARED

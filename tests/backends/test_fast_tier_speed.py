@@ -1,4 +1,4 @@
-"""The built-in fast tier gives a lone user what ``fastmode predict`` and the README say (issue 21).
+"""The built-in fast tier gives a lone user what ``fastmode predict`` and the README say.
 
 The fast pool is small (16 seats), so its other tenants' number fluctuates from tick to tick,
 and a lone user's speed with it. The default demand is tuned so that the pool the derived prices

@@ -102,8 +102,8 @@ def test_the_default_config_is_one_fleet_and_keeps_the_calibrated_operating_poin
     std = spec.deployments["standard"]
     assert std.tenants is not None
     # the tenants' mean load is the calibrated background: 179 of 256 slots, 4,000 tokens of
-    # context, 18 fresh prompt tokens per step (issue 14's 192 / 4,000 / 256, re-tuned to ~65
-    # tok/s after issue 24's refits: 90 before its all-reduce pass)
+    # context, 18 fresh prompt tokens per step (192 / 4,000 / 256, tuned to ~65
+    # tok/s after the refits)
     assert (std.background.seqs, std.background.context_tokens,
             std.background.prefill_tokens_per_step) == (179, 4000, 18)
     # fast: 12 of 16 (11 before the gpt-oss pass's refit, whose faster fast tier put a lone

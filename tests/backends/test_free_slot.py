@@ -1,4 +1,4 @@
-"""``retry-after`` of a full pool is when its first slot frees (issue 28, finding 6), checked on
+"""``retry-after`` of a full pool is when its first slot frees, checked on
 the virtual clock: the scheduler stepped at its own modeled times, no sleeping.
 
 A full fast replica is asked when it will take one more request (``free_slot_at``); the answer,
@@ -111,7 +111,7 @@ def test_the_pool_answers_with_its_earliest_replica() -> None:
 
 
 @pytest.mark.parametrize("seconds, ms, whole", [
-    (1.346, "1346", "2"),  # issue 28: this said retry-after: 1
+    (1.346, "1346", "2"),  # once said retry-after: 1
     (0.0001, "1", "1"),
     (2.0, "2000", "2"),
     (2.0004, "2001", "3"),

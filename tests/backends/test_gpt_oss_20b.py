@@ -1,7 +1,6 @@
 """gpt-oss-20b: its profile is the checkpoint's (config.json, the model card, the safetensors
 index), `fastmode predict` takes it, and the 1.2 perf overview's GPT-OSS 20B table is in the
-calibration set under the conditions of the page's gpt-oss-120b rows (docs/calibration.md,
-"Issue 24's gpt-oss-20b pass")."""
+calibration set under the conditions of the page's gpt-oss-120b rows (docs/calibration.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24's held-out figures stay out of the calibration set, and bench/heldout.py scores them
+"""The held-out figures stay out of the calibration set, and bench/heldout.py scores them
 through ``fastmode predict``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Host work an overlap scheduler hides under the GPU's step (``hidden_seq_us``): the step is
-max(GPU, host), not their sum; an engine term measured on one system's host (issue 24)."""
+max(GPU, host), not their sum; an engine term measured on one system's host."""
 
 from __future__ import annotations
 

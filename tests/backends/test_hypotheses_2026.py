@@ -1,4 +1,4 @@
-"""Late 2026's facts against physics (issue 23; examples/fast-hypotheses.toml).
+"""Late 2026's facts against physics.
 
 OpenAI's ultrafast: up to 6x the speed of standard, at 6x its price, the same model. The fast
 modes of the current models: up to 2.5x the speed at 2x the price. Each candidate deployment is

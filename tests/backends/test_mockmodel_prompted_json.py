@@ -1,4 +1,4 @@
-"""JSON asked for in the prompt, not the API (issue 27): the mock model answers with JSON that
+"""JSON asked for in the prompt, not the API: the mock model answers with JSON that
 fits the schema or example the prompt carries, fenced when a code block is asked for, botched
 at the tier's ``structured_error_rate``; prose when the prompt only shows JSON.
 

@@ -76,7 +76,7 @@ def test_reasoning_pieces_come_first_and_the_visible_reply_is_unchanged() -> Non
 
 
 def test_max_tokens_caps_reasoning_and_reply_together() -> None:
-    """Reasoning never takes the whole cap (issue 27: an agent with max_tokens=300 got only
+    """Reasoning never takes the whole cap (an agent with max_tokens=300 got only
     reasoning): a reply longer than the cap keeps at least half of it..."""
     g = gen(seed=2, max_tokens=60, effort="high")
     assert g.output_tokens == 60 and g.reasoning_tokens == 30

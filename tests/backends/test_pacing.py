@@ -1,4 +1,4 @@
-"""A late real-time replica slips its timeline; it never catches up (issue 21).
+"""A late real-time replica slips its timeline; it never catches up.
 
 The host's lag is injected deterministically: the event loop is held for ``STALL`` seconds
 (``time.sleep`` inside a reader, as an admission burst or a busy host would hold it) while a

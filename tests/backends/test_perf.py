@@ -460,7 +460,7 @@ def test_more_users_never_speed_a_user_up(p: Placement, c: int, prompt: int, out
 
 
 def test_a_batch_beyond_the_kv_cache_queues_instead_of_being_refused():
-    """Issue 14: 100 users of 5,000 + 500 tokens on a 70B fp8 model on 2 x H100 run in
+    """100 users of 5,000 + 500 tokens on a 70B fp8 model on 2 x H100 run in
     production (NIM); the users that fit run, the others wait for a slot."""
     p = place("llama-3.1-70b", "h100-sxm", 2, "fp8")
     fits = p.kv_capacity_tokens // 5500

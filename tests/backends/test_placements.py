@@ -1,4 +1,4 @@
-"""Issue 24's modelling: prefill efficiency by size, 4-bit precisions, MoE at small batch,
+"""The modelling of prefill efficiency by size, 4-bit precisions, MoE at small batch,
 expert parallelism, open-loop arrivals, prefill/decode disaggregation, MTP drafts. Pure
 functions of the profiles; no clock."""
 

@@ -1,6 +1,6 @@
 """The 1.2 perf overview's Qwen3 MoE rows keep an fp8 KV cache, and their stated
 `trtllm-bench` heuristic (its request estimate R, max batch and step budget) is the one that
-an fp8 KV cache gives (docs/calibration.md, "Issue 24's Qwen3 KV pass").
+an fp8 KV cache gives (docs/calibration.md).
 
 The page's Qwen3 `llm_options` set no `kv_cache_config`, so the KV cache is the checkpoint's
 (`kv_cache_quant_algo` of its `hf_quant_config.json`, TensorRT-LLM's "auto"); NVIDIA's

@@ -1,6 +1,5 @@
 """bench/score_figures.py scores chosen figures with the shipped profiles, as the calibration
-does, and rescores them under one changed condition or term (docs/calibration.md, "Issue 24:
-the v1.2 MoE rows, diagnosed")."""
+does, and rescores them under one changed condition or term (docs/calibration.md)."""
 
 from __future__ import annotations
 
@@ -62,7 +61,7 @@ def test_a_changed_condition_is_scored_and_nothing_leaks(capsys: pytest.CaptureF
 def test_the_tp8_rows_are_in_the_set_and_an_extra_file_is_scored_alike(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 24's all-reduce pass put the v0.17 page's 70B TP 8 rows into the set; a file of
+    """The all-reduce term put the v0.17 page's 70B TP 8 rows into the set; a file of
     figures outside it (--extra) is still scored exactly as the set's own figures are."""
     _, figs = load_published()
     tp8 = [f for f in figs if f.source == "trtllm-perf-overview-v017" and f.chips == 8]

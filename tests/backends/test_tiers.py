@@ -40,7 +40,7 @@ def alone(spec: EngineSpec) -> dict[str, dict[str, float]]:
 
 
 def test_standard_decodes_at_production_speed(alone):
-    # ~65 tok/s, the target issue 14 tuned the tenants to (re-tuned after issue 24's refit:
+    # ~65 tok/s, the target the tenants are tuned to (after the refit:
     # [tiers.standard.tenants], the config's job, not the physics')
     assert 62 <= alone["standard"]["tps"] <= 68
 

@@ -116,7 +116,7 @@ def test_chat_prompt_counts_tools_as_compact_sorted_json() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(" \n\t a1._é。\u3000xyz9")), st.integers(1, 5))
 def test_long_texts_counted_in_chunks_count_the_same(text: str, chunk: int) -> None:
-    """Chunks end where the whole scan ends a token (issue 28): the same tokens, the same
+    """Chunks end where the whole scan ends a token: the same tokens, the same
     count, whatever the chunk size."""
     import backends.tokenizer as tk
 

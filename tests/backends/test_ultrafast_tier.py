@@ -1,4 +1,4 @@
-"""The default config's ultrafast tier (issue 23): the same frontier model ~6x faster than
+"""The default config's ultrafast tier: the same frontier model ~6x faster than
 standard, its speed and price derived from the physics, never typed in.
 
 Every figure is recomputed from the roofline (``Placement.step``, ``speculative``) and the

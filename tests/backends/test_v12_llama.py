@@ -1,4 +1,4 @@
-"""The 1.2 perf overview's Llama 3.3 70B table, whole (issue 24's v1.2 Llama pass): every cell
+"""The 1.2 perf overview's Llama 3.3 70B table, whole: every cell
 of the page's table is a figure, and each row's batch cap and step budget are what
 `trtllm-bench`'s heuristic gives for it (the rule the Qwen3 rows' test checks,
 tests/backends/test_qwen3_kv.py)."""

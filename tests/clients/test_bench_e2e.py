@@ -55,7 +55,7 @@ def test_json_report_counts_match_server_metrics(live_server: str, tmp_path: Pat
     assert spark["ok"] == 36 and spark["output_tokens"] == totals["output_tokens_by_served_tier"]["spark"]
     assert abs(delta("fastmode_cost_usd_total", tier="spark") - spark["cost_usd"]["total"]) < 1e-9
     tools = spark["tool_calls"]
-    # a turn may call several tools at once (parallel tool calls, issue 11)
+    # a turn may call several tools at once (parallel tool calls)
     assert tools["requests_with_tools"] >= 1 and tools["calls"] >= tools["requests_with_tools"]
     assert tools["validity_rate"] is not None
     assert delta("fastmode_prompt_tokens_total", tier="spark") >= 36 * 60

@@ -176,7 +176,7 @@ async def test_errors_are_events(live_server: str, kw: dict) -> None:
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("tier", ["standard", "fast", "spark"])
 def test_fastmode_chat(live_server: str, capsys, tier: str, ws: bool) -> None:
-    # not a greeting: a greeting's reply is a single line, shorter than the cap (issue 11)
+    # not a greeting: a greeting's reply is a single line, shorter than the cap
     argv = ["chat", "--url", live_server, "--tier", tier, "--max-tokens", "12", "Explain",
             "batching"]
     rc = main(argv + (["--ws"] if ws else []))

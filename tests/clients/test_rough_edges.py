@@ -1,4 +1,4 @@
-"""Rough edges a new user met (issue 27): ``fastmode chat`` without a server, the speed of a
+"""Rough edges a new user met: ``fastmode chat`` without a server, the speed of a
 very short reply, cost noise, a stray ``created`` in ``time_info``, tables cut when piped."""
 
 from __future__ import annotations

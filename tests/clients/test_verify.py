@@ -1,4 +1,4 @@
-"""``fastmode verify`` (issue 25): a tool's results against the server's ground truth.
+"""``fastmode verify``: a tool's results against the server's ground truth.
 
 Offline and deterministic: the traces and results are either recorded outputs kept in
 ``fixtures/verify`` (a real aiperf 0.13 run and a real ``fastmode bench --json`` run against
