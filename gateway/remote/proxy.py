@@ -45,7 +45,7 @@ from .http import Response as UpstreamResponse
 from .pool import Upstream, UpstreamPool, _PoolCollector
 from .rewrite import upstream_error
 from .stream import RemoteJob, UpstreamStream
-from .translate import LiveReply, reply_from_completion, upstream_payload
+from .translate import LiveReply, namespaces, reply_from_completion, upstream_payload
 
 RETRY_STATUSES = {429, 502, 503, 504}
 
@@ -195,10 +195,11 @@ class RemoteTiers:
             self.metrics.record(tier.name, failed.error.status)
             raise failed.error from None
         up = opened.up
-        reply, usage, time_info = LiveReply(), None, None
+        spaces = namespaces(req.generation.tools)
+        reply, usage, time_info = LiveReply(spaces), None, None
         if not streaming:
             try:
-                reply, usage, time_info = reply_from_completion(opened.first)
+                reply, usage, time_info = reply_from_completion(opened.first, spaces)
             except APIError as exc:
                 up.outstanding -= 1
                 self.attempts.labels(tier.name, up.url, "error").inc()

@@ -15,12 +15,15 @@ piece; the client's event is then encoded by the protocol's pre-encoded fast pat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from backends.images import openai_part_image
-from backends.mockmodel import REASONING, Piece, Reasoning, ToolCall
+from backends.mockmodel import REASONING, Piece, Reasoning, ToolCall, ToolSpec
+from backends.mockmodel.request import CUSTOM, FUNCTION
 from backends.tokenizer import tokenize
 
 from ..errors import APIError
@@ -72,8 +75,26 @@ def chat_messages(messages: Any) -> list[dict[str, Any]]:
                if (v is not None or k == "content") and k not in GATEWAY_ONLY}
         if "content" in msg:
             msg["content"] = _chat_content(msg["content"])
+        if msg.get("tool_calls"):  # Chat has no namespaces: the gateway keeps them
+            msg["tool_calls"] = [{k: v for k, v in c.items() if k != "namespace"}
+                                 for c in msg["tool_calls"]]
         out.append(msg)
     return out
+
+
+def chat_tool(tool: ToolSpec) -> dict[str, Any]:
+    """A tool in Chat's shape: a function, or a custom tool (its grammar, whose syntax the
+    spec does not keep, is not sent: the upstream's input is freeform text)."""
+    if tool.kind == CUSTOM:
+        return {"type": "custom", "custom": {"name": tool.name, "description": tool.description,
+                                             "format": {"type": "text"}}}
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                             "parameters": dict(tool.parameters)}}
+
+
+def namespaces(tools: Sequence[ToolSpec]) -> dict[str, str]:
+    """Tool name -> the Responses namespace it was declared in (restored on the way back)."""
+    return {t.name: t.namespace for t in tools if t.namespace}
 
 
 def upstream_payload(turn: TurnRequest, cap: int, model: str, stream: bool) -> bytes:
@@ -98,14 +119,12 @@ def upstream_payload(turn: TurnRequest, cap: int, model: str, stream: bool) -> b
     if gen.ignore_eos:
         body["ignore_eos"] = True  # vLLM's extension, which fastmode engines honour too
     if gen.tools:
-        body["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description,
-                                              "parameters": dict(t.parameters)}}
-            for t in gen.tools
-        ]
+        body["tools"] = [chat_tool(t) for t in gen.tools]
         choice = gen.tool_choice
+        forced = next((t for t in gen.tools if t.name == choice), None)
+        kind = "custom" if forced is not None and forced.kind == CUSTOM else "function"
         body["tool_choice"] = (choice if choice in ("none", "auto", "required") else
-                               {"type": "function", "function": {"name": choice}})
+                               {"type": kind, kind: {"name": choice}})
         if not gen.parallel_tool_calls:
             body["parallel_tool_calls"] = False
     fmt = gen.response_format  # structured outputs: the upstream writes the JSON
@@ -134,10 +153,11 @@ class LiveReply:
     content has begun is not shown (an encoder's reasoning comes first); it stays billed."""
 
     __slots__ = ("pieces", "tool_calls", "finish_reason", "stop_sequence", "reported_output",
-                 "reasoning_tokens", "_text", "_thought", "_args", "_index")
+                 "reasoning_tokens", "_text", "_thought", "_args", "_index", "_spaces")
     live = True  # grows as the upstream streams (the encoders lay out reasoning as it comes)
 
-    def __init__(self) -> None:
+    def __init__(self, spaces: dict[str, str] | None = None) -> None:
+        self._spaces = spaces or {}  # tool name -> its namespace (``namespaces``)
         self.pieces: list[Piece] = []
         self.reasoning_tokens = 0  # the reasoning pieces, first in ``pieces``
         self._thought: list[str] = []
@@ -180,14 +200,18 @@ class LiveReply:
     def add_tool_delta(self, delta: dict[str, Any], position: int) -> bool:
         """One ``tool_calls`` delta entry; True if it added a piece."""
         idx = delta.get("index", position)
-        fn = delta.get("function") or {}
+        custom = delta.get("custom")
+        fn = (custom if isinstance(custom, dict) else delta.get("function")) or {}
         k = self._index.get(idx)
         if k is None:
             k = self._index[idx] = len(self.tool_calls)
             cid = delta.get("id") or f"call_{k}"
-            self.tool_calls.append(ToolCall(str(cid), str(fn.get("name") or ""), ""))
+            name = str(fn.get("name") or "")
+            kind = CUSTOM if isinstance(custom, dict) or delta.get("type") == CUSTOM else FUNCTION
+            self.tool_calls.append(ToolCall(str(cid), name, "", kind=kind,
+                                            namespace=self._spaces.get(name, "")))
             self._args.append([])
-        fragment = fn.get("arguments")
+        fragment = fn.get("input" if self.tool_calls[k].kind == CUSTOM else "arguments")
         if not fragment:
             return False
         self._args[k].append(fragment)
@@ -196,7 +220,7 @@ class LiveReply:
 
     def finish(self, reason: str | None, usage: dict[str, Any] | None) -> None:
         """The reply is whole: tool calls get their full arguments, the count its final value."""
-        self.tool_calls = [ToolCall(c.id, c.name, "".join(self._args[k]))
+        self.tool_calls = [replace(c, arguments="".join(self._args[k]))
                            for k, c in enumerate(self.tool_calls)]
         if reason:
             self.finish_reason = reason
@@ -303,8 +327,10 @@ class ChunkReader:
         return added
 
 
-def reply_from_completion(raw: bytes) -> tuple[LiveReply, dict[str, Any], dict[str, Any] | None]:
-    """A whole (non-streamed) chat completion: (reply, usage, time_info)."""
+def reply_from_completion(raw: bytes, spaces: dict[str, str] | None = None,
+                          ) -> tuple[LiveReply, dict[str, Any], dict[str, Any] | None]:
+    """A whole (non-streamed) chat completion: (reply, usage, time_info); ``spaces``: the
+    tools' namespaces (``namespaces``)."""
     try:
         obj = orjson.loads(raw)
         choice = _choice(obj)
@@ -313,7 +339,7 @@ def reply_from_completion(raw: bytes) -> tuple[LiveReply, dict[str, Any], dict[s
     except (orjson.JSONDecodeError, KeyError, TypeError, AssertionError):
         raise UpstreamFailed("Upstream error: the upstream's answer is not a chat completion "
                              "with usage.", "bad_upstream_response") from None
-    reply = LiveReply()
+    reply = LiveReply(spaces)
     msg = choice.get("message") or {}
     thought = msg.get("reasoning") or msg.get("reasoning_content")
     if isinstance(thought, str):

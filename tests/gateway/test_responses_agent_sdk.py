@@ -243,3 +243,27 @@ def test_websocket_errors_carry_http_codes(quick_server: str) -> None:
         assert w["type"] == "error" and w["status"] == 400
         assert w["error"]["code"] == h["code"] is not None
         assert w["error"]["param"] == h["param"]
+
+
+def test_custom_and_namespaced_calls_through_a_remote_tier(quick_server: str,
+                                                           server_factory: Any) -> None:
+    """A remote tier (``--upstream``: here a fastmode server speaking Chat) keeps a custom
+    call a custom call, and a namespaced call in its namespace, both ways."""
+    gw = server_factory("--upstream", quick_server)
+    api = client(gw)
+    tools = [FN, NAMESPACE, PATCH, {"type": "web_search"}]
+    custom = api.responses.create(model=MODEL, input="apply the fix to main.py", tools=tools,
+                                  tool_choice={"type": "custom", "name": "apply_patch"})
+    call = custom.output[-1]
+    assert call.type == "custom_tool_call" and call.name == "apply_patch" and call.input
+    events = list(api.responses.create(model=MODEL, input="start a helper", tools=tools,
+                                       stream=True, tool_choice={"type": "function",
+                                                                 "name": "spawn_agent"}))
+    fc = events[-1].response.output[-1]
+    assert fc.type == "function_call" and fc.namespace == "multi_agent_v1"
+    answered = api.responses.create(model=MODEL, tools=tools, input=[
+        {"type": "message", "role": "user", "content": "apply the fix"},
+        {"type": "custom_tool_call", "call_id": call.call_id, "name": "apply_patch",
+         "input": call.input},
+        {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done."}])
+    assert answered.output[-1].type == "message" and answered.output[-1].content[0].text

@@ -224,7 +224,7 @@ async def test_gateway_errors_carry_their_status(live_server: str) -> None:
          "background", None),
         ('{"type": "response.create", "model": "frontier", '
          '"input": [{"type": "message", "role": "robot", "content": "x"}]}',
-         "input[0].role", "invalid_value"),  # as HTTP answers it
+         "input[0].role", "invalid_value"),
     ],
 )
 async def test_bad_frames_get_error_events_and_the_socket_stays_open(

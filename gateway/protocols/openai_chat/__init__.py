@@ -16,7 +16,8 @@ from ..base import Protocol, RequestContext, resolve_tool_choice
 from ..formats import json_word_required, mentions_json, strict_tools, structured
 from ..images import check_images
 from .encoder import ChatEncoder, chat_usage
-from .schema import ChatRequest, NamedToolChoice
+from .schema import ChatRequest, NamedCustomChoice, NamedToolChoice
+from .tools import chat_tools
 
 __all__ = ["ChatEncoder", "ChatProtocol", "ChatRequest", "chat_usage"]
 
@@ -43,17 +44,15 @@ class ChatProtocol(Protocol):
         tools: list[dict[str, Any]] = []
         specs: tuple[ToolSpec, ...] = ()
         if req.tools:  # (most requests have none: nothing to dump, convert or check)
-            tools = [t.model_dump(exclude_none=True) for t in req.tools]
-            specs = tuple(ToolSpec.from_wire(t) for t in tools)
+            tools, specs, strict = chat_tools(req.tools)
+            strict_tools(strict)
         choice = req.tool_choice
         tool_choice = resolve_tool_choice(
             {s.name for s in specs},
-            None if isinstance(choice, NamedToolChoice) else choice,
-            choice.function.name if isinstance(choice, NamedToolChoice) else None,
+            choice if isinstance(choice, str) or choice is None else None,
+            choice.function.name if isinstance(choice, NamedToolChoice) else
+            choice.custom.name if isinstance(choice, NamedCustomChoice) else None,
         )
-        if req.tools:
-            strict_tools((spec, bool(t.function.strict), f"tools[{i}].function.parameters")
-                         for i, (spec, t) in enumerate(zip(specs, req.tools, strict=True)))
         stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
         gen = GenerationRequest(
             messages=messages,

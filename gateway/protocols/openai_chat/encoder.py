@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from backends.mockmodel import REASONING
+from backends.mockmodel import REASONING, ToolCall
+from backends.mockmodel.request import CUSTOM
 
 from ...errors import APIError
 from ...pipeline.job import Job
@@ -43,6 +44,16 @@ def chat_usage(job: Job) -> dict[str, Any]:
                                       "rejected_prediction_tokens": 0},
         "cost_usd": job.usage_cost(),
     }
+
+
+def _call_wire(call: ToolCall) -> dict[str, Any]:
+    """A tool call in a message: a function's ``function: {name, arguments}``, a custom
+    tool's ``custom: {name, input}``."""
+    if call.kind == CUSTOM:
+        return {"id": call.id, "type": "custom", "custom": {"name": call.name,
+                                                            "input": call.arguments}}
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
 
 
 class ChatEncoder(Encoder):
@@ -74,10 +85,7 @@ class ChatEncoder(Encoder):
 
     def body(self) -> dict[str, Any]:
         job, gen = self.job, self.job.gen
-        calls = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in gen.tool_calls
-        ] or None
+        calls = [_call_wire(c) for c in gen.tool_calls] or None
         message: dict[str, Any] = {"role": "assistant", "content": None if calls else gen.text,
                                    "refusal": None, "tool_calls": calls, "annotations": []}
         if self.raw:
@@ -129,13 +137,15 @@ class ChatEncoder(Encoder):
 
     def _tool_delta(self, k: int, fragment: str) -> bytes:
         item: dict[str, Any]
+        call = self.job.gen.tool_calls[k]
+        custom = call.kind == CUSTOM
+        field, text = ("custom", "input") if custom else ("function", "arguments")
         if k not in self._started_tools:
             self._started_tools.add(k)
-            call = self.job.gen.tool_calls[k]
-            item = {"index": k, "id": call.id, "type": "function",
-                    "function": {"name": call.name, "arguments": fragment}}
+            item = {"index": k, "id": call.id, "type": field,
+                    field: {"name": call.name, text: fragment}}
         else:
-            item = {"index": k, "function": {"arguments": fragment}}
+            item = {"index": k, field: {text: fragment}}
         return self.head + orjson.dumps({"tool_calls": [item]}) + self.tail
 
     def closing(self) -> Frames:

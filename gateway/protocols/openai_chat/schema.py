@@ -34,6 +34,11 @@ class NamedToolChoice(Lenient):
     function: NamedFunction
 
 
+class NamedCustomChoice(Lenient):
+    type: Literal["custom"]
+    custom: NamedFunction
+
+
 class JSONSchemaSpec(Lenient):
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
@@ -71,8 +76,9 @@ class ChatRequest(Lenient):
     seed: StrictInt | None = None
     stop: str | list[str] | None = None
     n: StrictInt | None = Field(None, ge=1, le=128)
-    tools: list[ChatTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tools: list[dict[str, Any]] | None = None  # ChatTool | a custom tool (``.tools``)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | NamedCustomChoice | \
+        None = None
     parallel_tool_calls: StrictBool | None = None
     service_tier: ServiceTier | None = None
     logprobs: StrictBool | None = None

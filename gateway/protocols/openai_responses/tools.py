@@ -99,7 +99,7 @@ def declared(groups: Iterable[tuple[Sequence[Any], str]]) -> Declared:
     for tools, where in groups:
         for i, tool in enumerate(tools):
             at = f"{where}[{i}]"
-            kind = _kind(tool, at, TOOL_TYPES)
+            kind = tool_type(tool, at, TOOL_TYPES)
             raw.append(tool)
             if kind == "namespace":
                 ns = validate(NamespaceTool, tool, at)
@@ -113,7 +113,7 @@ def declared(groups: Iterable[tuple[Sequence[Any], str]]) -> Declared:
     return Declared(tuple(specs), tuple(strict), tuple(raw), tuple(hosted))
 
 
-def _kind(tool: Any, at: str, allowed: Sequence[str]) -> str:
+def tool_type(tool: Any, at: str, allowed: Sequence[str]) -> str:
     if not isinstance(tool, dict):
         raise bad_request(f"Invalid type for '{at}': expected an object, but got "
                           f"{type(tool).__name__} instead.", param=at, code="invalid_type")
@@ -130,7 +130,7 @@ def _kind(tool: Any, at: str, allowed: Sequence[str]) -> str:
 
 def _spec(tool: Any, at: str, namespace: str, specs: list[ToolSpec],
           strict: list[tuple[ToolSpec, bool, str]]) -> None:
-    kind = _kind(tool, at, NAMESPACED_TYPES) if namespace else tool["type"]
+    kind = tool_type(tool, at, NAMESPACED_TYPES) if namespace else tool["type"]
     if kind == "custom":
         custom = validate(CustomTool, tool, at)
         grammar = _grammar(custom.format, f"{at}.format")
@@ -145,7 +145,7 @@ def _spec(tool: Any, at: str, namespace: str, specs: list[ToolSpec],
 
 def _grammar(fmt: dict[str, Any] | None, at: str) -> str:
     """A custom tool's grammar definition ("" for unconstrained text)."""
-    if fmt is None or _kind(fmt, at, ("text", "grammar")) == "text":
+    if fmt is None or tool_type(fmt, at, ("text", "grammar")) == "text":
         return ""
     grammar: GrammarInput = validate(GrammarInput, fmt, at)
     return grammar.definition
