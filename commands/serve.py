@@ -34,9 +34,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="record every request's ground truth (GET /v1/fastmode/traces; "
                         "without it, only requests with x-fastmode-trace: 1)")
     p.add_argument("--trace-file", help="also append each finished trace to this JSONL file")
+    p.add_argument("--trace-bodies", action="store_true", default=None,
+                   help="traced requests keep their body and headers, redacted as --record "
+                        "redacts (without it, only requests with x-fastmode-trace: body)")
     p.add_argument("--ledger", help="usage ledger / state file (SQLite; default: config "
                    "[state] path, fastmode-ledger.sqlite3 in the working directory)")
-    p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    p.add_argument("--log-level", default="warning",
+                   help="log level (default warning; info: each request's access line and "
+                        "each refused request's reason)")
     p.add_argument("--workers", type=int, default=1,
                    help="worker processes on the one port, each owning a share of every "
                    "deployment's replicas (default 1; see docs/deployment.md)")
@@ -81,6 +86,8 @@ def configure(args: argparse.Namespace) -> Config:
         updates["trace_all"] = True
     if getattr(args, "trace_file", None):
         updates["trace_file"] = args.trace_file
+    if getattr(args, "trace_bodies", None):
+        updates["trace_bodies"] = True
     try:
         server = ServerConfig.model_validate({**config.server.model_dump(), **updates})
         state = config.state

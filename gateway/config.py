@@ -44,6 +44,11 @@ class ServerConfig(Strict):
     trace_all: bool = False
     trace_keep: int = Field(1000, ge=1)  # ~120 bytes per event kept
     trace_file: str = ""
+    # traced requests keep their body and headers (else: x-fastmode-trace: body), redacted as
+    # [record] redacts; each string cut to this many characters, the whole to about this size
+    trace_bodies: bool = False
+    trace_body_string_chars: int = Field(2000, ge=16)
+    trace_body_max_bytes: int = Field(65536, ge=1024)
     shutdown_grace_s: float = Field(30.0, ge=0)  # SIGTERM: in-flight streams get this long
     # kernel send buffer per connection (SO_SNDBUF; 0 = the kernel's autotuning): bounds what a
     # stalled reader can park in the kernel, so the watchdog sees it stop within seconds

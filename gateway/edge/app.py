@@ -85,6 +85,7 @@ class _App(FastAPI):
             scope[RAW_SEND] = send
             lane = self.lane
             if lane is not None and lane.takes(scope):
+                scope["app"] = self  # (its middleware's answers read it, as the lane's route)
                 await lane.asgi(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)

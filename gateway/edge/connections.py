@@ -44,6 +44,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
 from ..errors import APIError
+from ..observe.rejections import log_rejected
 from ..stored.ids import new_id
 
 LINGER_S = 1.0  # a refused head: further bytes are dropped this long before the close
@@ -416,6 +417,8 @@ class GatewayHttp(HttpToolsProtocol):
             code="request_header_fields_too_large")
         self._refused = True  # what else comes is dropped
         self._disarm()
+        # told in one line (its method and headers were never read: "-")
+        log_rejected(f"- {self._path.split(b'?', 1)[0].decode('latin-1')}", 431, error, None)
         response = _answer(431, "Request Header Fields Too Large", self._path, error)
         if self._idle():
             self._linger(response)

@@ -53,8 +53,7 @@ class Lane:
                 and scope["path"] in self.endpoints)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["app"] = self.app
-        path = scope["path"]
+        path = scope["path"]  # (``scope["app"]`` is set by the app, before the middleware)
         request = Request(scope, receive, send)
         try:
             response = await self.endpoints[path](request)

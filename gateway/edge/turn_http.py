@@ -227,6 +227,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         state = request.app.state
         gateway: Gateway = state.gateway
         request_id = new_id("req")
+        raw = b""
 
         def gone() -> Awaitable[None]:
             return _disconnected(request)
@@ -253,9 +254,11 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             make = partial(counted, gateway, protocol.name, Turn, gateway, protocol, req, ctx,
                            request_id=request_id, arrived=arrived)
             turn = make() if inline else await off_loop(len(raw), make)
+            if turn.trace is not None:  # the body, kept on opt-in (gateway.observe.tracing)
+                turn.trace.sent = raw
             job = await turn.start(disconnected=gone)
-        except APIError as exc:
-            return protocol.error_response(exc, request_id)
+        except APIError as exc:  # the body as sent goes with it (told: logged, traced)
+            return protocol.error_response(exc, request_id).of(raw, arrived)
         except ClientGone:
             return Response(status_code=499)
         headers = turn.headers(started)

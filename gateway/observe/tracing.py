@@ -19,6 +19,13 @@ for every request (``fastmode serve --trace``); finished traces go to a bounded 
 ``server.trace_keep``) and, optionally, to a JSONL file (``--trace-file``). ``GET
 /v1/fastmode/traces`` serves the ring as JSONL, each record visible only to the key that made it
 (``gateway.stored.ownership``), like any stored object.
+
+A request the gateway refused (any error answer before its first byte: a 400 naming a field, a
+404 unknown model, a 413, a 429) is traced too (``rejected``): its record has the status, the
+error as the client got it (type, code, param, message) and no events. With
+``x-fastmode-trace: body`` or ``fastmode serve --trace-bodies`` a trace also keeps the request's
+body and headers, redacted and bounded (``gateway.observe.trace_bodies``); the raw body is only
+referenced while the request runs and turned into that capture once, when the trace is kept.
 """
 
 from __future__ import annotations
@@ -33,7 +40,9 @@ from typing import Any
 
 import orjson
 
+from ..cassettes.format import Redactor
 from ..stored.ownership import Caller
+from .trace_bodies import BodyBounds, capture, headers, parsed
 
 log = logging.getLogger("fastmode.tracing")
 
@@ -43,6 +52,8 @@ RESPONSE_PREFIX = {"chat": "chatcmpl-", "completions": "cmpl-", "responses": "re
                    "messages": "msg_"}
 CLIENT_ID_HEADERS = ("x-request-id", "x-client-request-id")
 _ON = frozenset({"1", "true", "yes", "on"})
+BODY = "body"  # x-fastmode-trace: body — traced, with the request's body and headers
+_TRACED = _ON | {BODY}
 
 
 @dataclass(slots=True)
@@ -65,6 +76,14 @@ class Trace:
     events: list[tuple[float | None, float, int]] = field(default_factory=list)
     prompt_tokens: int = 0
     seq: int = 0  # the ring's order, set when the trace is kept
+    user_agent: str | None = None
+    # a refused request: {type, code, param, message} as the client got it (None: answered)
+    error: dict[str, Any] | None = None
+    with_body: bool = False  # keep the body and headers (x-fastmode-trace: body, --trace-bodies)
+    sent: Any = None  # the raw body (a reference, not a copy) until the trace is kept
+    request_headers: Mapping[str, str] | None = None
+    body: Any = None  # the capture of ``sent`` (``gateway.observe.trace_bodies``)
+    headers: dict[str, str] | None = None
 
     def event(self, due: float | None, sent: float, tokens: int) -> None:
         self.events.append((due, sent, tokens))
@@ -115,34 +134,71 @@ class Trace:
             "token_events": len(tokens),
             "events": [{"due": None if d is None else d + e, "sent": s + e, "tokens": n}
                        for d, s, n in events],
+            "user_agent": self.user_agent,
+            "error": self.error,
+            "headers": self.headers,
+            "body": self.body,
         }
 
 
 class Traces:
     """The ring of finished traces (and the optional JSONL file they are appended to)."""
 
-    def __init__(self, trace_all: bool = False, keep: int = 1000, path: str = "") -> None:
+    def __init__(self, trace_all: bool = False, keep: int = 1000, path: str = "",
+                 bodies: bool = False, bounds: BodyBounds | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.trace_all = trace_all
         self.ring: deque[Trace] = deque(maxlen=max(1, keep))
         self.path = path
+        self.bodies = bodies  # every traced request keeps its body (--trace-bodies)
+        self.bounds = bounds or BodyBounds(2000, 65536)
+        self.redactor = redactor or Redactor([])
         self._seq = itertools.count(1)
 
     def begin(self, headers: Mapping[str, str], request_id: str, protocol: str,
               transport: str, arrival: float | None = None) -> Trace | None:
         """A trace for this request if it is traced (``--trace`` or its header), else None:
         the per-request cost of tracing off is this one header look-up."""
-        if not self.trace_all and headers.get(TRACE_HEADER, "").lower() not in _ON:
+        asked = headers.get(TRACE_HEADER)
+        if not self.trace_all and (asked is None or asked.lower() not in _TRACED):
             return None
         now = time.monotonic()
         client = next((v for h in CLIENT_ID_HEADERS if (v := headers.get(h))), None)
-        return Trace(request_id, client, protocol, transport,
-                     now if arrival is None else arrival, time.time() - now)
+        trace = Trace(request_id, client, protocol, transport,
+                      now if arrival is None else arrival, time.time() - now,
+                      user_agent=headers.get("user-agent"))
+        if self.bodies or (asked is not None and asked.lower() == BODY):
+            trace.with_body, trace.request_headers = True, headers
+        return trace
+
+    def rejected(self, headers: Mapping[str, str], request_id: str, protocol: str,
+                 transport: str, status: int, error: dict[str, Any], *, owner: str | None,
+                 sent: Any = None, model: str = "", arrival: float | None = None) -> None:
+        """A refused request's trace (if the request is traced): its status and ``error`` (as
+        the client got it), the model it asked for (``model``, or the body's), no events."""
+        trace = self.begin(headers, request_id, protocol, transport, arrival)
+        if trace is None:
+            return
+        trace.status, trace.error, trace.owner, trace.sent = status, error, owner, sent
+        if not model and sent is not None:  # the model as sent, if the body says one
+            body = parsed(sent)
+            found = body.get("model") if isinstance(body, dict) else None
+            model = found if isinstance(found, str) else ""
+        trace.model = model
+        self.keep(trace)
 
     def keep(self, trace: Trace) -> None:
         """A finished trace: into the ring (the oldest drops out) and the file; once."""
         if trace.seq:
             return
         trace.seq = next(self._seq)
+        if trace.with_body:  # the body's capture, once (the raw body is dropped either way)
+            chars = self.bounds.string_chars
+            if trace.sent is not None:
+                trace.body = capture(trace.sent, trace.protocol, self.redactor, self.bounds)
+            if trace.request_headers is not None:
+                trace.headers = headers(trace.request_headers, self.redactor, chars)
+        trace.sent = trace.request_headers = None
         self.ring.append(trace)
         if self.path:
             try:

@@ -22,11 +22,13 @@ from backends.drivers import PoolHandle, RealtimeFleet
 from backends.engine import EngineSpec, Tier, build
 from backends.scheduler import Scheduler
 
+from ..cassettes.format import Redactor, load_hook
 from ..cassettes.hooks import Cassettes
 from ..config import Config
 from ..errors import APIError
 from ..faults import FaultInjector, Kind
 from ..observe.metrics import Metrics, add_gauge
+from ..observe.trace_bodies import BodyBounds
 from ..observe.tracing import Traces
 from ..state import StateBackend, UsageRow, open_state
 from ..stored.ledger import job_row
@@ -73,7 +75,10 @@ class Gateway:
         self.drain_event = asyncio.Event()  # set with `draining`: wakes what waits on purpose
         self.turns: set[InFlight] = set()  # turns in flight
         server = config.server  # ground truth per request (gateway.tracing)
-        self.traces = Traces(server.trace_all, server.trace_keep, server.trace_file)
+        self.traces = Traces(server.trace_all, server.trace_keep, server.trace_file,
+                             server.trace_bodies, BodyBounds(server.trace_body_string_chars,
+                                                             server.trace_body_max_bytes),
+                             Redactor(config.record.redact, load_hook(config.record.redact_hook)))
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 

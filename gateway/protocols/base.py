@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
-from starlette.responses import Response
 
 from backends.mockmodel import Generation, Piece
 
 from ..errors import APIError, bad_request
+from ..observe.rejections import Rejection, rejection
 from ..pipeline.job import Job
 from ..pipeline.request import TurnRequest
 from ..pipeline.roles import Vocabulary
@@ -209,11 +209,12 @@ class Protocol(ABC):
     def error_body(self, error: APIError, request_id: str) -> dict[str, Any]:
         return error.body()
 
-    def error_response(self, error: APIError, request_id: str) -> Response:
-        return Response(orjson.dumps(self.error_body(error, request_id)), self.status(error),
-                        headers={**self.limit_headers(error.headers),
-                                 **self.id_headers(request_id)},
-                        media_type="application/json")
+    def error_response(self, error: APIError, request_id: str) -> Rejection:
+        """The error in this protocol's format; logged and traced when sent
+        (``gateway.observe.rejections``)."""
+        return rejection(self.name, error, request_id, self.error_body(error, request_id),
+                         self.status(error), {**self.limit_headers(error.headers),
+                                              **self.id_headers(request_id)})
 
     limit_prefix: ClassVar[str] = "anthropic-"  # rate-limit headers of the other provider
 

@@ -24,6 +24,7 @@ from ..edge.offload import checked, counted, off_loop, parse_frame
 from ..edge.shutdown import Shutdown
 from ..edge.turn_http import RAW_SEND
 from ..errors import APIError, bad_request
+from ..observe.rejections import told
 from ..pipeline.admission import Gateway
 from ..pipeline.job import Job
 from ..pipeline.turn import Turn, internal_error
@@ -31,6 +32,7 @@ from ..protocols import RESPONSES, RequestContext
 from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
 from ..state import FAILED
+from ..stored.ids import new_id
 from ..stored.ownership import Caller
 from ..stored.response_store import ConnectionStore, ResponseStore
 from .life import ConnectionLife, limit_error
@@ -52,8 +54,8 @@ class Lane:
     """A FIFO of turns on one ``stream_id`` (None: the default lane)."""
 
     sid: str | None
-    # (request, frame size, loop time the frame arrived)
-    queue: asyncio.Queue[tuple[ResponsesRequest, int, float]] = field(
+    # (request, frame size, loop time the frame arrived, the frame's body if traced)
+    queue: asyncio.Queue[tuple[ResponsesRequest, int, float, Any]] = field(
         default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     active: bool = False  # a turn is between dequeue and its terminal event
@@ -102,6 +104,8 @@ class Session(ConnectionLife):
         self.fast = fast
         self.network = network
         self.headers = {k: v for k, v in websocket.headers.items()}
+        # traced turns keep their frame's body until traced (gateway.observe.tracing)
+        self.traced = gateway.traces.begin(self.headers, "", "", "") is not None
         self.authorization = websocket.headers.get("authorization")
         self.max_age = gateway.config.server.max_connection_age_s
         self.lanes: dict[str | None, Lane] = {}
@@ -148,6 +152,9 @@ class Session(ConnectionLife):
                 raise over
             return True
         except APIError as exc:
+            with contextlib.suppress(Exception):  # told: logged, traced (if traced)
+                told(self.gateway, self.headers, "ws upgrade", new_id("req"), RESPONSES.name,
+                     "websocket", exc.status, exc, exc.body()["error"])
             if "websocket.http.response" in self.ws.scope.get("extensions", {}):
                 await self.ws.send_denial_response(exc.response())
             else:  # a server without the denial-response extension: error event, then 1008
@@ -226,7 +233,7 @@ class Session(ConnectionLife):
             req: ResponsesRequest = await off_loop(size, checked, RESPONSES, fields,
                                                    self.gateway.config.limits)
         except APIError as exc:
-            await self._error(exc, sid)
+            await self._error(exc, sid, body)
             return
         if self.stopping is not None:
             await self._error(self.stopping, sid)
@@ -250,7 +257,7 @@ class Session(ConnectionLife):
             self.lanes[sid] = lane
             lane.task = asyncio.create_task(self._worker(lane))
         self.pending += 1
-        lane.queue.put_nowait((req, size, self.arrived))
+        lane.queue.put_nowait((req, size, self.arrived, body if self.traced else None))
 
     async def _cancel(self, body: dict[str, Any], sid: str | None) -> None:
         rid = body.get("response_id")
@@ -262,7 +269,7 @@ class Session(ConnectionLife):
             await self._error(bad_request(
                 "There is no active response to cancel"
                 + (f" with id '{rid}'." if rid else " on this stream."),
-                code="response_cancel_not_active"), sid)
+                code="response_cancel_not_active"), sid, where="ws response.cancel")
             return
         if lane.job is not None and lane.stream is not None:
             lane.job.cancel()
@@ -275,9 +282,9 @@ class Session(ConnectionLife):
     async def _worker(self, lane: Lane) -> None:
         try:
             while not lane.queue.empty():
-                req, size, arrived = lane.queue.get_nowait()
+                req, size, arrived, body = lane.queue.get_nowait()
                 try:
-                    await self._turn(lane, req, size, arrived)
+                    await self._turn(lane, req, size, arrived, body)
                 except _SocketGone:
                     return  # the reader sees the disconnect and cleans up
                 except Exception as exc:  # a bug: say so on the socket and in the log
@@ -291,20 +298,20 @@ class Session(ConnectionLife):
                 del self.lanes[lane.sid]
 
     async def _turn(self, lane: Lane, req: ResponsesRequest, size: int = 0,
-                    arrived: float | None = None) -> None:
+                    arrived: float | None = None, body: Any = None) -> None:
         sid = lane.sid
         lane.active, lane.cancel_requested = True, False
         try:
             if self.closing:
                 await self._error(limit_error(self.max_age), sid)
                 return
-            await self._run(lane, req, sid, size, arrived)
+            await self._run(lane, req, sid, size, arrived, body)
         finally:
             lane.active = False
             lane.job = lane.stream = lane.rid = None
 
     async def _run(self, lane: Lane, req: ResponsesRequest, sid: str | None,
-                   size: int = 0, arrived: float | None = None) -> None:
+                   size: int = 0, arrived: float | None = None, body: Any = None) -> None:
         ctx = RequestContext(self.headers, self.fast, self.cache)
         try:
             if self.stopping is not None:
@@ -318,11 +325,13 @@ class Session(ConnectionLife):
             if delay:
                 await asyncio.sleep(delay)
             network_time.set(delay)  # this task's context: read by Gateway.admit
+            if turn.trace is not None:  # the frame, kept on opt-in (gateway.observe.tracing)
+                turn.trace.sent = body
             # faults, then admission on the tier's engine or (remote tier) its upstreams
             job = await turn.start(stream=True)
         except APIError as exc:
             self._evict(req)
-            await self._error(exc, sid)
+            await self._error(exc, sid, body, req.model)
             return
         assert turn.encoder is not None
         stream = asyncio.create_task(self._pump(turn, sid))
@@ -423,5 +432,13 @@ class Session(ConnectionLife):
         except Exception as exc:  # closed socket: uvicorn raises several kinds
             raise _SocketGone() from exc
 
-    async def _error(self, exc: APIError, sid: str | None = None) -> None:
-        await self._send_raw(error_event(exc, sid))
+    async def _error(self, exc: APIError, sid: str | None = None, body: Any = None,
+                     model: str = "", where: str = "ws response.create") -> None:
+        """An ``error`` event, told (logged; traced if the connection is:
+        ``gateway.observe.rejections``)."""
+        event = error_event(exc, sid)
+        with contextlib.suppress(Exception):  # telling never costs the client its answer
+            told(self.gateway, self.headers, where, new_id("req"), RESPONSES.name,
+                 "websocket", exc.status, exc, exc.body()["error"], sent=body, model=model,
+                 arrival=self.arrived or None)
+        await self._send_raw(event)

@@ -8,6 +8,7 @@ from typing import Any
 
 import uvicorn
 from uvicorn.config import LOG_LEVELS
+from uvicorn.logging import DefaultFormatter
 
 from ..config import Config
 from ..edge.connections import GatewayHttp
@@ -15,11 +16,25 @@ from ..edge.shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
 from ..websocket import MAX_FRAME_BYTES
 
 
+def request_log(log_level: str) -> None:
+    """``fastmode.requests`` (a refused request's one line, ``gateway.observe.rejections``) on
+    stderr at the server's level, formatted as uvicorn's lines: ``--log-level info`` shows each
+    4xx under its access line."""
+    logger = logging.getLogger("fastmode.requests")
+    logger.setLevel(LOG_LEVELS.get(log_level.lower(), logging.WARNING))
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False  # (a root handler would print it twice)
+
+
 def serve(app: Any, config: Config, sockets: list[socket.socket], log_level: str,
           inner: Any = None) -> None:
     """Serve ``app`` on already-bound ``sockets`` until a signal stops it (graceful shutdown).
     ``inner`` is the gateway app when ``app`` wraps it (its ``state.shutdown`` drains)."""
     server = config.server
+    request_log(log_level)
     GatewayHttp.max_header_bytes = config.limits.max_header_bytes
     GatewayHttp.header_timeout_s = server.header_timeout_s
     GatewayHttp.max_connections = server.max_connections
