@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
+from .edit_formats import edit_format_reply
 from .pieces import finish_tool_calls, with_reasoning
 from .prompted_json import prompted_json
 from .prose import last_user_text, text_reply, tool_result_opener
@@ -129,6 +130,10 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
             calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
         return finish_tool_calls(calls, req.max_tokens)
     fmt = req.response_format
+    if fmt is None and not req.tools and last_role in ("user", "system"):  # an agent's edit
+        edited = edit_format_reply(req, streams)
+        if edited is not None:
+            return edited
     if fmt is None or fmt.kind == "json_object":  # the prompt may say which JSON
         asked = prompted_json(req.messages) if last_role in ("user", "tool") else None
         if asked is not None:
