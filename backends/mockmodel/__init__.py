@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from .agent import agent_reply, safe_tools
 from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
 from .botching import maybe_botch
+from .edit_formats import edit_format_reply
 from .field_markers import asked_fields, marker_reply
 from .pieces import finish_tool_calls, with_reasoning
 from .prompted_json import prompted_json
@@ -136,6 +137,10 @@ def _reply(req: GenerationRequest, quality: QualityProfile, scripts: Sequence[Sc
             calls.append(maybe_botch(call, arguments, tool, req.tools, quality, rng))
         return finish_tool_calls(calls, req.max_tokens)
     fmt = req.response_format
+    if fmt is None and not req.tools and last_role in ("user", "system"):  # an agent's edit
+        edited = edit_format_reply(req, streams)
+        if edited is not None:
+            return edited
     fields = asked_fields(req.messages) if fmt is None and last_role == "user" else None
     if fields is not None:  # DSPy's [[ ## field ## ]] markers
         return marker_reply(req, fields, streams, user_text)
