@@ -269,6 +269,24 @@ class PrefixCache:
             freed += self._remove(next(iter(free.values())))
         return freed
 
+    def drop_unpinned(self) -> int:
+        """Free every unpinned entry (an engine put to sleep discards its KV cache); returns
+        the tokens freed. With nothing pinned this is ``clear``."""
+        if not self.pinned:
+            freed = self.size
+            self.clear()
+            return freed
+        return self.evict(self.size)
+
+    def clear(self) -> None:
+        """Forget every entry (``/reset_prefix_cache``); the caller checks none is pinned."""
+        if self.pinned:
+            raise ValueError("PrefixCache.clear: running sequences still pin entries")
+        self.stats.evicted_tokens += self.size
+        self._entries.clear()
+        self._free.clear()
+        self.size = 0
+
     def _remove(self, entry: _Entry) -> int:
         """Drop an unpinned entry and its descendants (unpinned too: a pin covers the whole
         chain up to the root). Returns the tokens freed."""

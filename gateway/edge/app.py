@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from .. import batches, dashboard, protocols
 from ..cassettes import hooks as cassettes
 from ..config import Config, load_config
-from ..endpoints import admin, conversations, embeddings, responses_api, traces_api
+from ..endpoints import admin, conversations, embeddings, responses_api, traces_api, vllm_api
 from ..endpoints.background import Background
 from ..endpoints.models_api import add_routes as add_model_routes
 from ..endpoints.stored_chat_api import add_routes as add_stored_chat_routes
@@ -156,6 +156,8 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     batch_api = batches.add_routes(app, gateway)  # /v1/files, /v1/batches, messages/batches
     if config.admin.enabled:
         admin.add_routes(app, gateway)
+    if config.server.engine:
+        vllm_api.add_routes(app, gateway)  # /tokenize, /sleep, ... (an engine's vLLM surface)
 
     @app.get("/metrics")
     async def metrics() -> Response:

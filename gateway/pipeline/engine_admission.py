@@ -25,6 +25,8 @@ from backends.engine import EngineSpec, Tier
 from backends.mockmodel import Generation, generate
 from backends.prefix_cache import PrefixKey
 from backends.scheduler import Scheduler, StepResult
+from backends.sleep import SleepState
+from backends.token_ids import Vocabulary
 
 from ..config import ServerConfig
 from ..edge.netem import network_time
@@ -46,6 +48,8 @@ class EngineAdmission:
         self.queues = overflow.QueueModel()
         self.jobs: set[Job] = set()  # admitted and not yet settled (a graceful stop waits)
         self._step_s: dict[int, float] = {}  # id(scheduler) -> its last step's duration
+        self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
+        self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -86,6 +90,9 @@ class EngineAdmission:
         ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
         instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
+        if self.sleep.asleep:
+            raise APIError(503, "The engine is sleeping (POST /wake_up wakes it).",
+                           code="engine_sleeping")
         gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
