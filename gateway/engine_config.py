@@ -41,6 +41,8 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None,
     dep = config.deployments[deployment].model_dump()
     if replicas is not None:
         dep["replicas"] = replicas
+    if "prefix_cache_blocks" not in config.deployments[deployment].model_fields_set:
+        dep["prefix_cache_blocks"] = True  # an engine's cache is vLLM's blocks
     demand = spec.deployments[deployment].tenants
     if demand is not None:  # the other tenants' mean load per replica, as a constant background
         bg = demand.background

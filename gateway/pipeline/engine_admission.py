@@ -33,6 +33,7 @@ from ..edge.netem import network_time
 from ..errors import APIError
 from ..stored.ids import new_id
 from . import overflow
+from .block_keys import block_prefix
 from .caching import cache_writes
 from .job import Job
 from .request import TurnRequest
@@ -97,8 +98,11 @@ class EngineAdmission:
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens
+        prefix = request.prefix
+        if tier.deployment.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
+            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks)
         stream = self._submit(tier, prompt, max(gen.output_tokens, 1), request.cached_tokens,
-                              request.prefix)
+                              prefix)
         decision = ticket.decision
         job = Job(
             id=new_id("req"),
@@ -116,7 +120,7 @@ class EngineAdmission:
             headers=dict(ticket.headers),
             prices=ticket.prices,
         )
-        job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(request.prefix, stream)
+        job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(prefix, stream)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
         stream.interval = tier.stream_interval  # tokens per event (read before the first wait)
         if gen.reasoning_tokens:

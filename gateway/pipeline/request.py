@@ -31,3 +31,5 @@ class TurnRequest:
     # the request field that asked for reasoning, named by a 400 on a model that does not reason
     reasoning_param: str = "reasoning_effort"
     prefix: PrefixKey | None = None  # where the prompt may be cut and cached (gateway.caching)
+    # a plain prompt (legacy Completions: text or token ids), hashed in blocks as it is sent
+    raw_prompt: str | list[int] | None = None

@@ -91,6 +91,7 @@ class CompletionsProtocol(Protocol):
             messages=messages,
             prefix=text_prefix(prompt, tokens, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
+            raw_prompt=prompt,
         )
 
     def encoder(self, job: Job, req: CompletionsRequest, turn: TurnRequest) -> CompletionsEncoder:
