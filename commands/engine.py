@@ -10,6 +10,7 @@ for vLLM starts unchanged.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -25,6 +26,9 @@ _DEPLOYMENT_FLAGS = {
     "gpu_memory_utilization": "memory_utilization",
     "enable_prefix_caching": "prefix_caching",
     "tensor_parallel_size": "chips",
+    "block_size": "block_size",
+    "prefix_caching_hash_algo": "prefix_caching_hash_algo",
+    "kv_events_config": "kv_events",
 }
 
 
@@ -56,6 +60,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="chips per replica (deployment chips)")
     v.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
                    help="keep computed prompt blocks (deployment prefix_caching)")
+    v.add_argument("--block-size", type=int, help="tokens per prefix-cache block (16)")
+    v.add_argument("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor"],
+                   help="block hash function (sha256)")
+    v.add_argument("--kv-events-config", metavar="JSON",
+                   help='KV-cache events, as vLLM: \'{"enable_kv_cache_events": true, '
+                        '"publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv-events", '
+                        '"replay_endpoint": "tcp://*:5558"}\'')
     v.add_argument("--enable-sleep-mode", action="store_true",
                    help="accepted: /sleep, /wake_up and /is_sleeping are always served")
     v.add_argument("--enable-request-id-headers", action="store_true",
@@ -73,16 +84,23 @@ def apply_flags(config: Config, args: argparse.Namespace) -> Config:
         value = getattr(args, flag, None)
         if value is not None:
             updates[field] = value
+    if "kv_events" in updates:
+        try:
+            updates["kv_events"] = json.loads(updates["kv_events"])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--kv-events-config: not valid JSON: {exc}") from None
     if not updates:
         return config
     dep = config.deployments[name]
     try:
-        new = type(dep).model_validate({**dep.model_dump(), **updates})
+        new = type(dep).model_validate({**dep.model_dump(exclude_unset=True), **updates})
     except ValidationError as exc:
         err = exc.errors()[0]
-        field = str(err["loc"][0]) if err.get("loc") else "?"
+        loc = [str(p) for p in err.get("loc", ())]
+        field = loc[0] if loc else "?"
         flag = next((f for f, d in _DEPLOYMENT_FLAGS.items() if d == field), field)
-        raise ConfigError(f"--{flag.replace('_', '-')}: {err['msg']}") from None
+        where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
+        raise ConfigError(f"--{flag.replace('_', '-')}{where}: {err['msg']}") from None
     return config.model_copy(update={"deployments": {**config.deployments, name: new}})
 
 

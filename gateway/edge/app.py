@@ -31,6 +31,7 @@ from ..endpoints.stored_chat_api import add_routes as add_stored_chat_routes
 from ..errors import APIError
 from ..observe import replica_health, vllm_metrics
 from ..observe.host_lag import HostLag
+from ..observe.kv_events import KVEvents
 from ..pipeline.admission import Gateway
 from ..pipeline.turn import internal_error
 from ..protocols.anthropic_messages import count_tokens
@@ -117,6 +118,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)
     lag = HostLag(gateway)  # fastmode_host_lag_seconds, its warning
+    kv_events = KVEvents()  # vLLM's KV-cache events over ZMQ (gateway.observe.kv_events)
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
@@ -125,6 +127,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         health_of_replicas.attach()  # replica failures: counted, their turns answered
         lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
+        kv_events.install(gateway)
         await remote.start()
         watchdog.start()
         yield
@@ -133,6 +136,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         await batch_api.close()
         await remote.stop(config.server.shutdown_grace_s)
         await gateway.stop(config.server.shutdown_grace_s)
+        await kv_events.stop()
 
     # FastAPI's native OpenTelemetry looks up the global providers on every request; fastmode
     # exports its own metrics (/metrics) and keeps that lookup off the hot path
@@ -146,6 +150,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.replica_health = health_of_replicas
     app.state.host_lag = lag
     app.state.shutdown = shutdown
+    app.state.kv_events = kv_events
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
     health.add_routes(app, gateway)
