@@ -1,7 +1,7 @@
 """vLLM's KV-event wire format, as KV-aware routers decode it.
 
-A batch is a msgpack array ``[ts, [event, ...], data_parallel_rank?]`` (the rank left out
-when there is none); each event an array whose first element names its kind (msgspec's
+A batch is a msgpack array ``[ts, [event, ...], data_parallel_rank]`` (msgspec writes every
+field of an array-like struct, a default too: the rank is nil when there is none); each event an array whose first element names its kind (msgspec's
 tagged union, the tag being the class name): ``["BlockStored", block_hashes,
 parent_block_hash, token_ids, block_size, lora_id, medium]``, ``["BlockRemoved",
 block_hashes, medium]``, ``["AllBlocksCleared"]``. These are the field order and types of

@@ -236,3 +236,45 @@ def test_events_need_blocks() -> None:
     with pytest.raises(ValueError, match="needs the cache in blocks"):
         asyncio.run(start())
     assert KVEvents().publishers == []
+
+
+def test_the_kubernetes_engine_publishes_events() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    docs = yaml.safe_load_all((Path(__file__).parents[2] / "deploy/k8s/engines.yaml").read_text())
+    pod = next(d for d in docs if d and d["kind"] == "Deployment"
+               and d["metadata"]["name"] == "fastmode-engine-standard")
+    c = pod["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(c["command"][1:])
+    cfg = apply_flags(load_config(), args).deployments["standard"].kv_events
+    assert cfg is not None and cfg.on and cfg.replay_endpoint == "tcp://*:5558"
+    assert {p["containerPort"] for p in c["ports"]} >= {5557, 5558}
+
+
+def test_wire_layout_and_ranks() -> None:
+    from backends.config import KVEventsConfig
+    from gateway.observe.kv_events import Publisher
+
+    base = free_port()
+    cfg = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                         endpoint=f"tcp://127.0.0.1:{base}")
+    pubs = [Publisher(cfg, None, 0), Publisher(cfg, 1, 1)]
+    try:
+        assert pubs[1].endpoint == f"tcp://127.0.0.1:{base + 1}"
+        for p in pubs:  # no event loop running: each event goes out at once
+            p.stored([11, 12], None, list(range(32)), 16)
+            p.removed([12])
+            p.cleared()
+        raw = [msgspec.msgpack.decode(p.buffer[0][1]) for p in pubs]
+        # msgspec writes every field of an array-like struct, as vLLM's batches carry them
+        assert (len(raw[0]), raw[0][2], raw[1][2]) == (3, None, 1)
+        assert raw[0][1] == [["BlockStored", [11, 12], None, list(range(32)), 16, None, "GPU"]]
+        assert [p.seq for p in pubs] == [3, 3]
+        kinds = [type(DECODE.decode(payload).events[0]).__name__ for _, payload in pubs[0].buffer]
+        assert kinds == ["BlockStored", "BlockRemoved", "AllBlocksCleared"]
+        assert msgspec.msgpack.decode(pubs[0].buffer[2][1])[1] == [["AllBlocksCleared"]]
+    finally:
+        for p in pubs:
+            asyncio.run(p.close())
