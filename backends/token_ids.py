@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from functools import lru_cache
 from hashlib import blake2b
 from typing import Any
 
@@ -32,10 +31,9 @@ RESERVED = 256  # ids below this are special tokens
 START, SEP, END, ASSISTANT = 1, 2, 3, 4  # <|start|>, <|sep|>, <|end|>, the reply's role
 SPECIAL = {START: "<|start|>", SEP: "<|sep|>", END: "<|end|>", ASSISTANT: "assistant"}
 _SPAN = (1 << 32) - RESERVED
-VOCAB_MEMORY = 1 << 20  # token strings a Vocabulary remembers for decoding (~100 MB at most)
+VOCAB_MEMORY = 1 << 20  # token strings a Vocabulary remembers (~200 MB at most)
 
 
-@lru_cache(maxsize=1 << 16)
 def token_id(token: str) -> int:
     """The id of one token string: the same in every process."""
     h = int.from_bytes(blake2b(token.encode("utf-8", "surrogatepass"), digest_size=4).digest(),
@@ -64,17 +62,21 @@ class Vocabulary:
     """Encodes text to ids and decodes the ids it handed out (see the module docstring)."""
 
     def __init__(self, memory: int = VOCAB_MEMORY) -> None:
-        self._strings: dict[int, str] = {}
+        self._strings: dict[int, str] = {}  # id -> the first token string given it
+        self._ids: dict[str, int] = {}  # token string -> id, for the ones seen (fast path)
         self._memory = memory
 
     def encode(self, text: str) -> list[int]:
-        tokens = tokenize(text)
-        ids = [token_id(t) for t in tokens]
-        strings = self._strings
-        if len(strings) < self._memory:
-            for i, t in zip(ids, tokens, strict=True):
-                strings.setdefault(i, t)
-        return ids
+        known = self._ids.get
+        new = self._new
+        return [known(t) or new(t) for t in tokenize(text)]  # (ids are never 0)
+
+    def _new(self, token: str) -> int:
+        i = token_id(token)
+        if len(self._ids) < self._memory:
+            self._ids[token] = i
+            self._strings.setdefault(i, token)
+        return i
 
     def pieces(self, ids: Iterable[int]) -> list[str | None]:
         """The string of each id (None: an id this vocabulary never produced)."""
@@ -93,10 +95,13 @@ class Vocabulary:
 
     def message_ids(self, message: Mapping[str, Any]) -> list[int]:
         """One message as a chat template renders it: exactly the tokens the count gives it."""
-        n = count_chat_prompt([message]) - REPLY_PRIMING
-        body = self.encode(str(message.get("role") or ""))
-        body = [START, *body, SEP]
+        role = self.encode(str(message.get("role") or ""))
         content = message.get("content")
+        if isinstance(content, str) and message.keys() <= {"role", "content"}:
+            # plain text: its ids are its count (no second scan of a long text)
+            return [START, *role, SEP, *self.encode(content), END]
+        n = count_chat_prompt([message]) - REPLY_PRIMING
+        body = [START, *role, SEP]
         texts: list[str] = []
         if isinstance(content, str):
             texts.append(content)
