@@ -38,6 +38,23 @@ class SpeculativeConfig(Strict):
     draft_chips: int = Field(1, gt=0, description="chips the draft runs on (of the replica's)")
 
 
+class KVEventsConfig(Strict):
+    """vLLM's ``--kv-events-config`` (its KVEventsConfig fields and defaults)."""
+
+    enable_kv_cache_events: bool = False
+    publisher: Literal["null", "zmq"] = "null"
+    endpoint: str = "tcp://*:5557"  # PUB socket; replica i of a process binds port + i
+    replay_endpoint: str | None = None  # ROUTER socket serving missed batches (port + i too)
+    buffer_steps: int = Field(10_000, ge=1)  # batches kept for replay
+    hwm: int = Field(100_000, ge=0)  # ZMQ send high-water mark
+    max_queue_size: int = Field(100_000, ge=1)  # accepted, as vLLM's (batches are sent at once)
+    topic: str = ""
+
+    @property
+    def on(self) -> bool:
+        return self.enable_kv_cache_events and self.publisher == "zmq"
+
+
 class DeploymentConfig(Strict):
     model: str
     hardware: str
@@ -53,6 +70,13 @@ class DeploymentConfig(Strict):
     prefix_caching: bool = True  # each replica keeps computed prompt prefixes (backends.prefix_cache)
     prefix_routing: bool = True  # send a request to the replica holding its prefix...
     prefix_routing_max_imbalance: int = Field(16, ge=0)  # ...unless it has this many more queued
+    # the prefix cache in vLLM's blocks (backends.block_hash): on for `fastmode engine`, off
+    # for the gateway (its cache follows the providers' 1,024 / 128-token steps)
+    prefix_cache_blocks: bool = False
+    block_size: int = Field(16, ge=1, le=1024)  # tokens per block (vLLM's --block-size, 16)
+    prefix_caching_hash_algo: Literal["sha256", "sha256_cbor"] = "sha256"  # vLLM's default
+    prefix_caching_hash_seed: str = "0"  # NONE_HASH = hash(seed) (vLLM: PYTHONHASHSEED)
+    kv_events: KVEventsConfig | None = None  # KV-cache events (gateway.observe.kv_events)
     background: BackgroundConfig = BackgroundConfig()
     speculative: SpeculativeConfig | None = None
     # prefill/decode disaggregation: each replica pairs its decode chips with a prefill replica

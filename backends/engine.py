@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .block_hash import BlockHasher
 from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
 from .disagg import DisaggregatedScheduler
@@ -36,6 +37,7 @@ class DeploymentSpec:
     routing: CacheRouting = CacheRouting()  # how a request picks a replica
     tenants: TenantDemand | None = None  # the other tenants as demand (background: their mean)
     prefill: Placement | None = None  # disaggregated: each replica's prefill replica
+    kv_blocks: BlockHasher | None = None  # the prefix cache in vLLM's blocks (backends.block_hash)
 
     def new_scheduler(self) -> Scheduler:
         if self.prefill is not None:
@@ -139,8 +141,11 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         demand = _tenants(config, name, d, placement, limits)
         if demand is not None:
             background = demand.background
+        blocks = (BlockHasher(d.block_size, d.prefix_caching_hash_algo,
+                              d.prefix_caching_hash_seed)
+                  if d.prefix_caching and d.prefix_cache_blocks else None)
         spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
-                              prefill)
+                              prefill, blocks)
         try:
             spec.new_scheduler()
         except ValueError as exc:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 _INF = float("inf")
 
@@ -55,6 +55,10 @@ class PrefixKey:
     min_tokens: int = 0
     bill_writes: bool = False
     affinity: int | None = None
+    # vLLM's blocks (``backends.block_hash``): each checkpoint is one block of this many
+    # tokens, and ``tokens`` the prompt's ids the KV events report (0 / None: checkpoints)
+    block_size: int = 0
+    tokens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.points)
@@ -104,8 +108,22 @@ class CacheStats:
     evicted_tokens: int = 0  # tokens of KV evicted under memory pressure or expired
 
 
+class CacheListener(Protocol):
+    """What happens to a cache's blocks, as vLLM's KV events report it (entries of keys with
+    ``tokens``: vLLM's blocks). Hashes are the entries' keys."""
+
+    def stored(self, hashes: list[int], parent: int | None, token_ids: list[int],
+               block_size: int) -> None: ...
+
+    def removed(self, hashes: list[int]) -> None: ...
+
+    def cleared(self) -> None: ...
+
+
 class PrefixCache:
     """One replica's cached prefixes; see the module docstring."""
+
+    listener: CacheListener | None = None  # told of stored / removed blocks (KV events)
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
@@ -199,6 +217,8 @@ class PrefixCache:
         parent = hit
         start = hit.tokens if hit is not None else 0
         moved = 0
+        run: list[_Entry] = []  # new entries in a chain, for the listener
+        tell = self.listener is not None and key.tokens is not None
         for p, h, w, ttl in zip(key.points, key.hashes, key.writable, key.ttl_s, strict=True):
             if not w or p <= start or p >= limit or p < key.min_tokens:
                 continue
@@ -213,7 +233,14 @@ class PrefixCache:
                     parent.children.append(e)
                 self.size += e.size
                 moved += e.size
+                if tell:
+                    if run and run[-1] is not parent:
+                        self._stored(run, key)
+                        run = []
+                    run.append(e)
             parent = e
+        if run:
+            self._stored(run, key)
         if parent is None or parent is hit:
             return hit, 0
         # the sequence now holds the new chain instead of the one it read (a reused entry's
@@ -223,6 +250,14 @@ class PrefixCache:
             self.release(hit, now)
         self.stats.written_tokens += moved
         return parent, moved
+
+    def _stored(self, run: list[_Entry], key: PrefixKey) -> None:
+        assert self.listener is not None and key.tokens is not None
+        first, last = run[0], run[-1]
+        base = first.tokens - first.size
+        parent = first.parent.key if first.parent is not None else None
+        self.listener.stored([e.key for e in run], parent, list(key.tokens[base:last.tokens]),
+                             key.block_size)
 
     # -- a scheduler's sequences (backends.scheduler.Sequence) ------------------------------
 
@@ -269,14 +304,36 @@ class PrefixCache:
             freed += self._remove(next(iter(free.values())))
         return freed
 
+    def drop_unpinned(self) -> int:
+        """Free every unpinned entry (an engine put to sleep discards its KV cache); returns
+        the tokens freed. With nothing pinned this is ``clear``."""
+        if not self.pinned:
+            freed = self.size
+            self.clear()
+            return freed
+        return self.evict(self.size)
+
+    def clear(self) -> None:
+        """Forget every entry (``/reset_prefix_cache``); the caller checks none is pinned."""
+        if self.pinned:
+            raise ValueError("PrefixCache.clear: running sequences still pin entries")
+        self.stats.evicted_tokens += self.size
+        self._entries.clear()
+        self._free.clear()
+        self.size = 0
+        if self.listener is not None:
+            self.listener.cleared()
+
     def _remove(self, entry: _Entry) -> int:
         """Drop an unpinned entry and its descendants (unpinned too: a pin covers the whole
         chain up to the root). Returns the tokens freed."""
         freed = 0
         stack = [entry]
+        gone: list[int] = []
         while stack:
             e = stack.pop()
             stack.extend(e.children)
+            gone.append(e.key)
             del self._entries[e.key]
             self._free.pop(e.key, None)
             self.size -= e.size
@@ -285,6 +342,8 @@ class PrefixCache:
         if parent is not None:
             parent.children.remove(entry)
         self.stats.evicted_tokens += freed
+        if self.listener is not None:
+            self.listener.removed(gone)
         return freed
 
 

@@ -50,7 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gateway.config import ConfigError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # only ``engine`` takes (and ignores) flags it does not know: vLLM's
+        if args.command != "engine":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.ignored = extra
     try:
         return int(args.func(args) or 0)
     except (ProfileError, ConfigError) as exc:

@@ -30,6 +30,9 @@ ECHO_PARAMS = ("service_tier", "speed")
 
 class ServerConfig(Strict):
     host: str = "127.0.0.1"
+    # this process is an engine (``fastmode engine``): vLLM's own routes (/tokenize, /sleep,
+    # ...) and its X-Request-Id echo (gateway.endpoints.vllm_api)
+    engine: bool = False
     port: int = Field(8000, ge=0, le=65535)
     fast_overflow: Literal["reject", "downgrade"] = "reject"
     overload_status: Literal[429, 503] = 503

@@ -17,8 +17,11 @@ from backends.engine import build
 from .config import Config, ConfigError
 
 
-def engine_config(config: Config, deployment: str, replicas: int | None = None) -> Config:
-    """The config of an engine serving ``deployment`` alone (ConfigError if it is unknown)."""
+def engine_config(config: Config, deployment: str, replicas: int | None = None,
+                  served: list[str] | None = None) -> Config:
+    """The config of an engine serving ``deployment`` alone (ConfigError if it is unknown);
+    ``served``: the model ids it serves instead of its routes' (vLLM's
+    ``--served-model-name``)."""
     if deployment not in config.deployments:
         raise ConfigError(
             f"--deployment: unknown deployment {deployment!r}; "
@@ -33,9 +36,13 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
     tier = next((t for t in on_dep if t.name == deployment), on_dep[0])
     names = {t.name for t in on_dep}
     models = [m for m, r in config.routes.items() if set(r.roles().values()) & set(names)]
+    if served:
+        models = list(dict.fromkeys(served))
     dep = config.deployments[deployment].model_dump()
     if replicas is not None:
         dep["replicas"] = replicas
+    if "prefix_cache_blocks" not in config.deployments[deployment].model_fields_set:
+        dep["prefix_cache_blocks"] = True  # an engine's cache is vLLM's blocks
     demand = spec.deployments[deployment].tenants
     if demand is not None:  # the other tenants' mean load per replica, as a constant background
         bg = demand.background
@@ -60,7 +67,7 @@ def engine_config(config: Config, deployment: str, replicas: int | None = None) 
         "behavior": {m: b.model_dump() for m, b in config.behavior.items()
                      if m == config.deployments[deployment].model},
         "scripts": [s.model_dump(exclude_none=True) for s in config.scripts],
-        "server": config.server.model_dump(),
+        "server": {**config.server.model_dump(), "engine": True},
         "routes": {m: {"standard": deployment, "fast": deployment} for m in models},
     }
     return Config.model_validate(raw)

@@ -24,13 +24,14 @@ from starlette.types import Receive, Scope, Send
 from .. import batches, dashboard, protocols
 from ..cassettes import hooks as cassettes
 from ..config import Config, load_config
-from ..endpoints import admin, conversations, embeddings, responses_api, traces_api
+from ..endpoints import admin, conversations, embeddings, responses_api, traces_api, vllm_api
 from ..endpoints.background import Background
 from ..endpoints.models_api import add_routes as add_model_routes
 from ..endpoints.stored_chat_api import add_routes as add_stored_chat_routes
 from ..errors import APIError
 from ..observe import replica_health, vllm_metrics
 from ..observe.host_lag import HostLag
+from ..observe.kv_events import KVEvents
 from ..pipeline.admission import Gateway
 from ..pipeline.turn import internal_error
 from ..protocols.anthropic_messages import count_tokens
@@ -118,6 +119,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)
     lag = HostLag(gateway)  # fastmode_host_lag_seconds, its warning
+    kv_events = KVEvents()  # vLLM's KV-cache events over ZMQ (gateway.observe.kv_events)
     logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
 
     @contextlib.asynccontextmanager
@@ -126,6 +128,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         health_of_replicas.attach()  # replica failures: counted, their turns answered
         lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
+        kv_events.install(gateway)
         await remote.start()
         watchdog.start()
         yield
@@ -134,6 +137,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         await batch_api.close()
         await remote.stop(config.server.shutdown_grace_s)
         await gateway.stop(config.server.shutdown_grace_s)
+        await kv_events.stop()
 
     # FastAPI's native OpenTelemetry looks up the global providers on every request; fastmode
     # exports its own metrics (/metrics) and keeps that lookup off the hot path
@@ -147,6 +151,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     app.state.replica_health = health_of_replicas
     app.state.host_lag = lag
     app.state.shutdown = shutdown
+    app.state.kv_events = kv_events
     _error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=config.limits.max_body_bytes, answer=_answer)
     health.add_routes(app, gateway)
@@ -157,6 +162,8 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     batch_api = batches.add_routes(app, gateway)  # /v1/files, /v1/batches, messages/batches
     if config.admin.enabled:
         admin.add_routes(app, gateway)
+    if config.server.engine:
+        vllm_api.add_routes(app, gateway)  # /tokenize, /sleep, ... (an engine's vLLM surface)
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -228,6 +228,9 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         gateway: Gateway = state.gateway
         request_id = new_id("req")
         raw = b""
+        echo = gateway.config.server.engine and request.headers.get("x-request-id")
+        if echo:  # an engine answers with the caller's id, as vLLM does
+            request_id = echo
 
         def gone() -> Awaitable[None]:
             return _disconnected(request)
@@ -262,6 +265,8 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
         except ClientGone:
             return Response(status_code=499)
         headers = turn.headers(started)
+        if echo:
+            headers["x-request-id"] = echo
         if turn.request.stream:
             return TurnStream(turn, headers, request.scope.get(RAW_SEND))
         try:

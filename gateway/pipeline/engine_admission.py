@@ -25,12 +25,15 @@ from backends.engine import EngineSpec, Tier
 from backends.mockmodel import Generation, generate
 from backends.prefix_cache import PrefixKey
 from backends.scheduler import Scheduler, StepResult
+from backends.sleep import SleepState
+from backends.token_ids import Vocabulary
 
 from ..config import ServerConfig
 from ..edge.netem import network_time
 from ..errors import APIError
 from ..stored.ids import new_id
 from . import overflow
+from .block_keys import block_prefix
 from .caching import cache_writes
 from .job import Job
 from .request import TurnRequest
@@ -46,6 +49,8 @@ class EngineAdmission:
         self.queues = overflow.QueueModel()
         self.jobs: set[Job] = set()  # admitted and not yet settled (a graceful stop waits)
         self._step_s: dict[int, float] = {}  # id(scheduler) -> its last step's duration
+        self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
+        self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -86,12 +91,18 @@ class EngineAdmission:
         ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
         instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
+        if self.sleep.asleep:
+            raise APIError(503, "The engine is sleeping (POST /wake_up wakes it).",
+                           code="engine_sleeping")
         gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens
+        prefix = request.prefix
+        if tier.deployment.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
+            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks)
         stream = self._submit(tier, prompt, max(gen.output_tokens, 1), request.cached_tokens,
-                              request.prefix)
+                              prefix)
         decision = ticket.decision
         job = Job(
             id=new_id("req"),
@@ -109,7 +120,7 @@ class EngineAdmission:
             headers=dict(ticket.headers),
             prices=ticket.prices,
         )
-        job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(request.prefix, stream)
+        job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(prefix, stream)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
         stream.interval = tier.stream_interval  # tokens per event (read before the first wait)
         if gen.reasoning_tokens:

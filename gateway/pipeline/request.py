@@ -39,3 +39,5 @@ class TurnRequest:
     # kept through a remote tier instead of the upstream's count, so a count is the same on
     # every path
     own_count: bool = False
+    # a plain prompt (legacy Completions: text or token ids), hashed in blocks as it is sent
+    raw_prompt: str | list[int] | None = None

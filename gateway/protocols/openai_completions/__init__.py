@@ -92,6 +92,7 @@ class CompletionsProtocol(Protocol):
             own_count=True,
             prefix=text_prefix(prompt, tokens, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
+            raw_prompt=prompt,
         )
 
     def encoder(self, job: Job, req: CompletionsRequest, turn: TurnRequest) -> CompletionsEncoder:
