@@ -179,7 +179,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     # request's cost. FastAPI's routes stay behind them for /openapi.json.
     app.router.routes[:0] = hot
     _openapi_with_bodies(app, bodies)
-    network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
+    network = netem.install(app, config.server.emulate_rtt_ms, config.server.time_scale)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
     responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items, cancel
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens

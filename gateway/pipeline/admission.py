@@ -81,6 +81,8 @@ class Gateway:
     async def start(self) -> None:
         await self.state.start()
         self.engine.start()
+        if self.engine.fleet is not None:  # traces in the engine's modeled seconds
+            self.traces.to_model = self.engine.fleet.driver.clock.to_model
 
     @property
     def deployments(self) -> dict[str, PoolHandle]:

@@ -50,7 +50,8 @@ class EngineAdmission:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.fleet = RealtimeFleet(self.spec, self._stepped)  # backends.fleet: pools, tenants
+        # backends.fleet: pools, tenants; played at the server's time scale
+        self.fleet = RealtimeFleet(self.spec, self._stepped, self.server.time_scale)
         self.deployments = self.fleet.deployments
         self.fleet.start()
 

@@ -117,7 +117,7 @@ class Session(ConnectionLife):
         sessions.add(self)
         try:
             if self.network.enabled:
-                await asyncio.sleep(self.network.ws_connect_s())
+                await asyncio.sleep(self.network.wall(self.network.ws_connect_s()))
             await self.ws.accept()
             self.last_frame = asyncio.get_running_loop().time()
             age = asyncio.create_task(self._age_limit())
@@ -316,7 +316,7 @@ class Session(ConnectionLife):
                                   arrived=arrived)
             delay = self.network.ws_turn_s() if self.network.enabled else 0.0
             if delay:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self.network.wall(delay))
             network_time.set(delay)  # this task's context: read by Gateway.admit
             # faults, then admission on the tier's engine or (remote tier) its upstreams
             job = await turn.start(stream=True)
