@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commands import main as fastmode
+from fastmode.cli import main as fastmode
 
 DATA = Path(__file__).resolve().parent / "data" / "heldout_inferencemax.toml"
 HARDWARE = {"b200": "b200", "b200-trt": "b200", "h200": "h200", "mi300x": "mi300x",

@@ -1,0 +1,1 @@
+"""fastmode: a mock LLM serving gateway with fast-mode tiers."""
