@@ -36,7 +36,7 @@ class Server:
 
     def __init__(self, config: Any = None, time_scale: float = 1.0, port: int = 0, *,
                  host: str = "127.0.0.1", process: bool = False, ledger: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, admin_key: str | None = None) -> None:
         self.config = config
         self.time_scale = time_scale
         self.port = port
@@ -44,6 +44,7 @@ class Server:
         self.process = process
         self.ledger = ledger
         self.headers = dict(headers or {})  # sent by the clients this server hands out
+        self.admin_key = admin_key  # the admin API on, with this key (the pytest plugin's)
         self.url = ""
         self._scratch: str | None = None
         self._thread: threading.Thread | None = None
@@ -112,7 +113,11 @@ class Server:
         server = config.server.model_copy(update={"time_scale": self.time_scale,
                                                   "host": self.host, "port": self.port})
         state = config.state.model_copy(update={"path": self.ledger})
-        return config.model_copy(update={"server": server, "state": state})
+        update: dict[str, Any] = {"server": server, "state": state}
+        if self.admin_key:
+            update["admin"] = config.admin.model_copy(update={"enabled": True,
+                                                              "key": self.admin_key})
+        return config.model_copy(update=update)
 
     def _start_thread(self) -> None:
         import uvicorn

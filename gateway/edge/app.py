@@ -40,6 +40,7 @@ from ..state.health import StateCollector
 from ..stored import ledger
 from ..stored.ids import new_id
 from ..stored.response_store import ResponseStore
+from ..testing import routes as test_api
 from ..websocket import add_routes as add_websocket_routes
 from . import health, netem
 from .lane import Endpoint, Lane
@@ -156,6 +157,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     batch_api = batches.add_routes(app, gateway)  # /v1/files, /v1/batches, messages/batches
     if config.admin.enabled:
         admin.add_routes(app, gateway)
+    test_api.add_routes(app, gateway.tests, config.admin.enabled)  # the pytest plugin's
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -30,6 +30,7 @@ from ..observe.metrics import Metrics, add_gauge
 from ..observe.tracing import Traces
 from ..state import StateBackend, UsageRow, open_state
 from ..stored.ledger import job_row
+from ..testing import TestScopes
 from . import overflow, ratelimit
 from .auth import Authenticator
 from .decision import Decision, decide
@@ -73,6 +74,9 @@ class Gateway:
         self.turns: set[InFlight] = set()  # turns in flight
         server = config.server  # ground truth per request (gateway.tracing)
         self.traces = Traces(server.trace_all, server.trace_keep, server.trace_file)
+        # per-test replies, counted faults and journal (gateway.testing; the pytest plugin)
+        self.tests = TestScopes()
+        self.engine.tests = self.faults.tests = self.tests
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 

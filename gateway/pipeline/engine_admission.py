@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from backends.drivers import (
     Overloaded,
@@ -36,6 +37,9 @@ from .job import Job
 from .request import TurnRequest
 from .tickets import Refused, Ticket
 
+if TYPE_CHECKING:
+    from ..testing import TestScopes
+
 
 class EngineAdmission:
     def __init__(self, spec: EngineSpec, server: ServerConfig) -> None:
@@ -46,6 +50,7 @@ class EngineAdmission:
         self.queues = overflow.QueueModel()
         self.jobs: set[Job] = set()  # admitted and not yet settled (a graceful stop waits)
         self._step_s: dict[int, float] = {}  # id(scheduler) -> its last step's duration
+        self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -87,6 +92,12 @@ class EngineAdmission:
         ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
         instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
+        scope = self.tests.get(ticket.decision.test_id) if self.tests is not None else None
+        scripted = False
+        if reply is None and scope is not None:
+            r = request.generation
+            reply = scope.scripted(r.messages, ticket.cap, tuple(r.stop))
+            scripted = reply is not None
         gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
@@ -116,6 +127,8 @@ class EngineAdmission:
         if gen.reasoning_tokens:
             stream.watch = gen.reasoning_tokens  # keep its time: reasoning_time
         self.jobs.add(job)
+        if scope is not None:
+            scope.journal.append((job, request, scripted))
         return job
 
     def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:
