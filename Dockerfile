@@ -11,7 +11,7 @@ COPY workload ./workload
 COPY backends ./backends
 COPY gateway ./gateway
 COPY clients ./clients
-COPY commands ./commands
+COPY fastmode ./fastmode
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # -- runtime: the installed package, its dependencies and a non-root user ----------------------

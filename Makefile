@@ -36,8 +36,11 @@ $(RUNTIME_STAMP): pyproject.toml constraints.txt | $(UV)
 	touch $@
 
 # [dev] includes the runtime's packages: one install, one resolve (CI installs from nothing)
+# bench/ and scripts/ are programs in the checkout, not in the wheel: a .pth puts the checkout on
+# the dev venv's path, so `python bench/NAME.py` imports bench.harness
 $(DEV_STAMP): pyproject.toml constraints.txt | $(UV)
 	$(INSTALL) -e '.[dev]' || $(PIP) -e '.[dev]'
+	$(BIN)/python -c "import pathlib, sysconfig; pathlib.Path(sysconfig.get_path('purelib'), 'fastmode-checkout.pth').write_text('$(CURDIR)\n')"
 	touch $(RUNTIME_STAMP) $@
 
 install: $(RUNTIME_STAMP)

@@ -25,7 +25,7 @@ from backends.engine import build
 from backends.simulate import LengthDist, Workload
 from backends.sweep import fast_share_sweep
 from clients.report import json_safe
-from commands.sweep import print_sweep
+from fastmode.cli.sweep import print_sweep
 from gateway.config import load_config
 from workload.sweep import parse_shares, sweep_row
 

@@ -256,7 +256,7 @@ async def run_interval(args: argparse.Namespace, interval: int, reply: str,
         cfg = Path(tmp) / "bench.toml"
         cfg.write_text(bench_config(interval, reply, args.trace))
         port = free_port()
-        procs = [start_pinned([PY, "-m", "commands", "serve", "--port", str(port), "--config",
+        procs = [start_pinned([PY, "-m", "fastmode", "serve", "--port", str(port), "--config",
                                str(cfg), "--ledger", str(Path(tmp) / "ledger.sqlite3"),
                                "--log-level", "warning"], server_core)]
         try:

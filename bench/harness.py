@@ -65,7 +65,7 @@ def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Pope
 def start_gateway(*args: str) -> tuple[subprocess.Popen[bytes], str]:
     """``fastmode serve --port P ARGS...`` on a free port, healthy; returns (process, base URL)."""
     port = free_port()
-    proc = start([sys.executable, "-m", "commands", "serve", "--port", str(port), *args])
+    proc = start([sys.executable, "-m", "fastmode", "serve", "--port", str(port), *args])
     try:
         wait_healthy(port, proc)
     except RuntimeError:

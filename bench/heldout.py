@@ -3,7 +3,7 @@
 ``bench/data/heldout_inferencemax.toml`` holds SemiAnalysis InferenceMAX's DeepSeek-R1 runs and
 its B200 TensorRT-LLM gpt-oss runs (extracted once by ``bench/heldout_extract.py``; they are
 not in the calibration set and never enter the fit). Each run is predicted the way a user would
-ask for it, through ``fastmode predict`` itself (``commands.main`` with the flags below, its
+ask for it, through ``fastmode predict`` itself (``fastmode.cli.main`` with the flags below, its
 JSON read back), and its median TTFT, mean TPOT and output tokens/s per GPU compared with the
 measured ones. Printed: the median absolute error per slice (model and precision x hardware x
 engine) and per metric, the runs ``predict`` refuses, and the totals. Nothing is asserted.
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commands import main as fastmode
+from fastmode.cli import main as fastmode
 
 DATA = Path(__file__).resolve().parent / "data" / "heldout_inferencemax.toml"
 HARDWARE = {"b200": "b200", "b200-trt": "b200", "h200": "h200", "mi300x": "mi300x",

@@ -34,7 +34,7 @@ def main() -> int:
     proc, url = start_gateway()
     try:
         cmd = [
-            sys.executable, "-m", "commands", "bench", "--url", url, "--rate", str(args.rate),
+            sys.executable, "-m", "fastmode", "bench", "--url", url, "--rate", str(args.rate),
             "--duration", str(args.duration), "--mix", args.mix,
             "--prompt-tokens", str(args.prompt_tokens),
             "--output-tokens", str(args.output_tokens), "--compare-sim",

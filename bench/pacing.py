@@ -63,7 +63,7 @@ def modeled_rates() -> dict[str, float]:
     --tier T --json`` gives it (asked at run time: a refit of the profiles moves them)."""
     out = {}
     for tier in TIERS:
-        raw = subprocess.run([PY, "-m", "commands", "predict", "--tier", tier, "--json"],
+        raw = subprocess.run([PY, "-m", "fastmode", "predict", "--tier", tier, "--json"],
                              cwd=ROOT, check=True, capture_output=True).stdout
         out[tier] = float(orjson.loads(raw)["output_tokens_per_s_per_user"])
     return out
@@ -159,7 +159,7 @@ async def lone(port: int, path: str, k: int, tokens: int = 300) -> list[float]:
 
 def serve(cfg: Path | None, core: int | None, tmp: Path) -> tuple[Any, Server]:
     port = free_port()
-    argv = [PY, "-m", "commands", "serve", "--port", str(port), "--ledger",
+    argv = [PY, "-m", "fastmode", "serve", "--port", str(port), "--ledger",
             str(tmp / f"ledger-{port}.sqlite3"), "--log-level", "warning"]
     proc = start_pinned(argv + (["--config", str(cfg)] if cfg else []), core)
     wait_healthy(port, proc)

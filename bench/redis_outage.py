@@ -124,7 +124,7 @@ def main() -> None:
         time.sleep(0.3)
         with log.open("wb") as err:
             gateway = subprocess.Popen(
-                [sys.executable, "-m", "commands", "serve", "--port", str(gport), "--config",
+                [sys.executable, "-m", "fastmode", "serve", "--port", str(gport), "--config",
                  str(cfg)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
         url = f"http://127.0.0.1:{gport}"
         try:

@@ -112,11 +112,11 @@ def main() -> None:
                        f'{engine_port}"]\n')
         env_cfg = Path(tmp) / "engine.toml"
         env_cfg.write_text(base)
-        engine = subprocess.Popen([sys.executable, "-m", "commands", "engine", "--deployment",
+        engine = subprocess.Popen([sys.executable, "-m", "fastmode", "engine", "--deployment",
                                    "spark", "--port", str(engine_port), "--config",
                                    str(env_cfg)], cwd=ROOT, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
-        gateway = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port",
+        gateway = subprocess.Popen([sys.executable, "-m", "fastmode", "serve", "--port",
                                     str(gw_port), "--config", str(cfg), "--ledger",
                                     str(Path(tmp) / "l.sqlite3")], cwd=ROOT,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -51,7 +51,7 @@ async def count(root: Path, n: int, tmp: Path, keep: Path | None = None) -> floa
     out = str(tmp / f"callgrind.{port}")
     proc = subprocess.Popen(
         ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-         "--collect-atstart=yes", sys.executable, "-m", "commands", "serve", "--port", str(port),
+         "--collect-atstart=yes", sys.executable, "-m", "fastmode", "serve", "--port", str(port),
          "--ledger", str(tmp / f"ledger-{port}.sqlite3"), "--log-level", "warning",
          "--config", str(cfg)],
         cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),

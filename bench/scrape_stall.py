@@ -45,7 +45,7 @@ def start(root: Path, port: int, tmp: Path, core: int | None) -> subprocess.Pope
             os.sched_setaffinity(0, {core})
 
     return subprocess.Popen(
-        [sys.executable, "-m", "commands", "serve", "--port", str(port), "--ledger",
+        [sys.executable, "-m", "fastmode", "serve", "--port", str(port), "--ledger",
          str(tmp / f"ledger-{port}.sqlite3"), "--log-level", "warning"],
         cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, preexec_fn=pin)

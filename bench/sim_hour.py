@@ -23,7 +23,7 @@ import time
 
 from backends.engine import build
 from backends.simulate import LengthDist, Workload, simulate
-from commands.simulate import print_simulation
+from fastmode.cli.simulate import print_simulation
 from gateway.config import load_config
 
 TARGET_WALL_S = 10.0

@@ -250,7 +250,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "server.log", "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
-        [sys.executable, "-m", "commands", "serve", "--port", str(port), "--config", str(cfg),
+        [sys.executable, "-m", "fastmode", "serve", "--port", str(port), "--config", str(cfg),
          "--ledger", str(tmp / "ledger.sqlite3")], cwd=ROOT, stdout=log, stderr=log)
     try:
         for _ in range(300):

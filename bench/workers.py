@@ -154,7 +154,7 @@ def children(pid: int) -> list[int]:
 
 def sweep(workers: int, config: Path, start: int, limit: int) -> list[dict[str, Any]]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--workers",
+    proc = subprocess.Popen([sys.executable, "-m", "fastmode", "serve", "--workers",
                              str(workers), "--port", str(port), "--config", str(config),
                              "--ledger", str(config.with_suffix(".sqlite3"))],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -17,7 +17,7 @@ Modules, by job:
   sweep), ``bench_run`` (one bench from a typed plan), ``trace_reader`` (JSONL traces),
   ``simcompare`` (the simulator beside the measurement), ``schema_check``, ``workload``.
 
-The ``fastmode chat`` and ``fastmode bench`` command lines are in ``commands/``.
+The ``fastmode chat`` and ``fastmode bench`` command lines are in ``fastmode/cli/``.
 """
 
 from .client import TIERS, Client, Stream, tier_url

@@ -1,6 +1,6 @@
 """What ``fastmode bench`` does, without its command line: a typed plan -> load -> figures.
 
-``commands/bench.py`` turns flags into a ``BenchPlan``; ``run_bench`` runs it and returns a
+``fastmode/cli/bench.py`` turns flags into a ``BenchPlan``; ``run_bench`` runs it and returns a
 ``BenchOutcome`` (the JSON document, the records for the plots, the measured-vs-simulated rows);
 ``run_sweep`` does the same for ``--scenario fast-share``. Nothing here prints.
 

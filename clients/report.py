@@ -1,4 +1,4 @@
-"""The bench report: its JSON document and its rich tables (``commands.bench`` prints them).
+"""The bench report: its JSON document and its rich tables (``fastmode.cli.bench`` prints them).
 
 The JSON document (``--json FILE``) holds every figure and the run's parameters::
 

@@ -1,6 +1,6 @@
 """``--compare-sim``: run ``fastmode simulate --json`` on the same workload, line figures up.
 
-The simulator is run as a subprocess (the same interpreter, ``-m commands simulate``): the
+The simulator is run as a subprocess (the same interpreter, ``-m fastmode simulate``): the
 client side never imports the server's packages, and a simulator that changes its internals
 keeps working as long as its command line and JSON stay the same.
 """
@@ -67,7 +67,7 @@ def simulate_args(
 
 
 def run_simulate(args: list[str], timeout: float = SIM_TIMEOUT_S) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "commands", *args]
+    cmd = [sys.executable, "-m", "fastmode", *args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -42,6 +42,9 @@ class ServerConfig(Strict):
     default_max_tokens: int = Field(4096, gt=0)
     max_queue_wait_s: float = Field(20.0, gt=0)  # modeled queue wait beyond which: overload
     stream_max_lag_s: float = Field(30.0, gt=0)  # a reader further behind is cut
+    # wall seconds per modeled second of the real-time engine (backends.drivers.clock): 0.01
+    # streams a 10 s modeled answer in 0.1 s; every reported time stays in modeled seconds
+    time_scale: float = Field(1.0, gt=0)
     # ground truth per request (gateway.tracing): every request (else: x-fastmode-trace: 1),
     # the last N kept in memory, and a JSONL file each finished trace is appended to
     trace_all: bool = False

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from commands import build_parser
+from fastmode.cli import build_parser
 from gateway.config import ConfigError, load_config
 from gateway.engine_config import engine_config
 

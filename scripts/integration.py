@@ -136,7 +136,7 @@ def plan(compose: dict[str, Any]) -> tuple[list[Service], list[str], dict[str, s
             raise SystemExit(f"{COMPOSE.name}: service {name}: command must be `fastmode ...` "
                              "or `redis-server ...`")
         mounts = _mounts(svc)
-        argv = [sys.executable, "-m", "commands", *cmd[1:]]
+        argv = [sys.executable, "-m", "fastmode", *cmd[1:]]
         port = str(ports[name])
         for i, arg in enumerate(argv[:-1]):
             nxt = argv[i + 1]

@@ -145,7 +145,7 @@ def launch(*args: str, config_text: str | None = None, tmp: Path | None = None,
     The OS picks the port when the server binds it (no free-port race between xdist workers);
     the URL is read from the server's banner. The server's stderr goes to ``log`` (default: a
     scratch file, quoted if the server fails to start), never to an unread pipe."""
-    cmd = [sys.executable, "-m", "commands", "serve", "--port", "0", *args]
+    cmd = [sys.executable, "-m", "fastmode", "serve", "--port", "0", *args]
     if config_text is not None:
         assert tmp is not None
         with tempfile.NamedTemporaryFile("w", suffix=".toml", prefix="config-", dir=tmp,

@@ -31,7 +31,8 @@ their modeled durations. A stream sees one longer gap, then the modeled inter-to
 again: it is never ahead of its modeled timeline, and behind it by at most the tolerance
 (lateness up to it is made up by the next sleep, a gap at most that much shorter). Each slip is
 reported once (``on_lag``: the gateway's ``fastmode_host_lag_seconds``); it costs one compare
-per step and nothing when the host keeps up. The virtual driver has no host and never slips.
+per step and nothing when the host keeps up. The virtual driver has no host and never slips;
+neither does a replica on a scaled clock (``clock.py``), which catches up instead.
 
 A replica's task never ends unseen: if it ends other than by ``stop`` (an exception escaped a
 step, or something cancelled it), its ``on_exit`` is called; the driver's ``Supervisor``
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Mapping
 
 from ..engine import DeploymentSpec
@@ -50,6 +52,7 @@ from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
 from ..scheduler import Scheduler, Sequence, StepResult
 from .base import Driver, Replica, cancel_and_wait
+from .clock import ScaledClock
 from .supervisor import FailureCallback, Supervisor
 from .token_stream import TokenStream
 
@@ -73,8 +76,8 @@ class RealtimeReplica(Replica):
     exist (the scheduler plans a step before its end is reached, so its own step index runs one
     ahead while a step is in flight)."""
 
-    __slots__ = ("on_step", "on_exit", "on_lag", "clock", "loop", "done_index", "done_end",
-                 "late", "slips", "slipped", "stopped", "_at", "_wake", "_task")
+    __slots__ = ("on_step", "on_exit", "on_lag", "clock", "scale", "loop", "done_index",
+                 "done_end", "late", "slips", "slipped", "stopped", "_at", "_wake", "_task")
 
     def __init__(
         self,
@@ -84,6 +87,7 @@ class RealtimeReplica(Replica):
         on_step: StepCallback | None = None,
         on_exit: ExitCallback | None = None,
         on_lag: LagCallback | None = None,
+        clock: ScaledClock | None = None,
     ) -> None:
         super().__init__(scheduler, name, deployment)
         self.on_step = on_step
@@ -92,7 +96,9 @@ class RealtimeReplica(Replica):
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.loop = asyncio.get_running_loop()
-        self.clock = self.loop.time
+        scaled = clock if clock is not None else ScaledClock(self.loop.time)
+        self.clock = scaled.now  # modeled seconds (the loop's clock at time scale 1)
+        self.scale = scaled.scale  # wall seconds per modeled second
         self.done_index = -1
         self.done_end = 0.0
         self.late = 0.0  # how far behind its modeled timeline the last step was served
@@ -179,6 +185,9 @@ class RealtimeReplica(Replica):
     async def _run(self) -> None:
         sched = self.scheduler
         clock = self.clock
+        scale = self.scale
+        # a scaled clock never slips (clock.py): its timeline is the model's, host or not
+        tolerance = PACING_TOLERANCE_S if scale == 1.0 else math.inf
         while True:
             if not sched.has_work:
                 self._wake.clear()
@@ -193,11 +202,11 @@ class RealtimeReplica(Replica):
                 continue
             delay = result.end - clock()
             if delay > 0:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay * scale)
             else:
                 await asyncio.sleep(0)  # behind the modeled timeline: let writers flush
             late = clock() - result.end
-            if late > PACING_TOLERANCE_S:
+            if late > tolerance:
                 self._slip(result, late)
                 late = 0.0
             self.late = late
@@ -220,7 +229,8 @@ class RealtimeReplica(Replica):
             await self._wake.wait()
         else:
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, t.next_tick - self.clock()))
+                await asyncio.wait_for(self._wake.wait(),
+                                       max(0.0, t.next_tick - self.clock()) * self.scale)
             except TimeoutError:
                 pass
         self.next_start = max(self.next_start, self.clock())
@@ -279,16 +289,19 @@ class RealtimeDriver(Driver[RealtimeReplica]):
     the caller's tag rides on the stream. ``on_step(replica, result)`` runs after every step.
     ``supervisor`` watches every replica's task (``on_failure``: what the caller does when one
     fails, e.g. count it). ``on_lag(replica, seconds)`` is told of every slip of any replica,
-    those a fleet adds later included (it may be set after the driver is built). Must be built
-    inside a running event loop.
+    those a fleet adds later included (it may be set after the driver is built).
+    ``time_scale``: wall seconds per modeled second (``clock.py``; or a ``clock`` of its own).
+    Must be built inside a running event loop.
     """
 
     def __init__(
         self, deployments: Mapping[str, DeploymentSpec], on_step: StepCallback | None = None,
         fleet: FleetSpec | None = None, on_failure: FailureCallback | None = None,
-        on_lag: LagCallback | None = None,
+        on_lag: LagCallback | None = None, time_scale: float = 1.0,
+        clock: ScaledClock | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
+        self.clock = clock if clock is not None else ScaledClock(self._loop.time, time_scale)
         self._on_step = on_step
         self.on_lag = on_lag
         self.supervisor = Supervisor(self, on_failure)
@@ -296,7 +309,7 @@ class RealtimeDriver(Driver[RealtimeReplica]):
 
     def _new_replica(self, scheduler: Scheduler, name: str, deployment: str) -> RealtimeReplica:
         return RealtimeReplica(scheduler, name, deployment, self._on_step,
-                               self.supervisor.exited, self._lagged)
+                               self.supervisor.exited, self._lagged, self.clock)
 
     def _lagged(self, replica: RealtimeReplica, seconds: float) -> None:
         if self.on_lag is not None:
@@ -304,7 +317,8 @@ class RealtimeDriver(Driver[RealtimeReplica]):
 
     @property
     def now(self) -> float:
-        return self._loop.time()
+        """Modeled seconds (the loop's clock at time scale 1)."""
+        return self.clock.now()
 
     def start(self) -> None:
         for r in self.replicas:

@@ -35,10 +35,10 @@ class _FleetDriver(RealtimeDriver):
 
     def __init__(
         self, deployments: Mapping[str, DeploymentSpec], on_step: StepCallback | None,
-        fleet: FleetSpec | None,
+        fleet: FleetSpec | None, time_scale: float = 1.0,
     ) -> None:
         self.started = False
-        super().__init__(deployments, on_step, fleet)
+        super().__init__(deployments, on_step, fleet, time_scale=time_scale)
 
     def add_replica(
         self, deployment: str, now: float, warm: bool, replicas: int | None = None
@@ -87,9 +87,10 @@ class PoolHandle:
 class RealtimeFleet:
     """Every deployment of an engine on one real-time driver, with the engine's fleet."""
 
-    def __init__(self, spec: EngineSpec, on_step: StepCallback | None = None) -> None:
+    def __init__(self, spec: EngineSpec, on_step: StepCallback | None = None,
+                 time_scale: float = 1.0) -> None:
         self.spec = spec
-        self.driver = _FleetDriver(spec.deployments, on_step, spec.fleet)
+        self.driver = _FleetDriver(spec.deployments, on_step, spec.fleet, time_scale)
         self.deployments = {
             name: PoolHandle(self.driver, dep) for name, dep in spec.deployments.items()
         }
@@ -130,10 +131,10 @@ class RealtimeFleet:
         driver = self.driver
         fleet = driver.fleet
         assert fleet is not None
-        loop = asyncio.get_running_loop()
+        clock = driver.clock
         while True:
-            await asyncio.sleep(max(0.0, fleet.next_time - loop.time()))
-            now = loop.time()
+            await asyncio.sleep(clock.wall(max(0.0, fleet.next_time - clock.now())))
+            now = clock.now()
             self.refresh(now)
             fleet.due(now)
             for replica in list(driver.draining):

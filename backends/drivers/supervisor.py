@@ -154,7 +154,8 @@ class Supervisor:
                 watch.steps, watch.strikes = replica.steps, 0
                 continue
             watch.strikes += 1
-            overdue = now - replica.next_start  # past the modeled end of its step in flight
+            # past the modeled end of its step in flight, in wall seconds (the host's stall)
+            overdue = (now - replica.next_start) * replica.scale
             if watch.strikes >= self.strikes and overdue > self.stall_after_s:
                 stalled.append(replica)
         for replica in stalled:

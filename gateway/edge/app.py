@@ -41,6 +41,7 @@ from ..state.health import StateCollector
 from ..stored import ledger
 from ..stored.ids import new_id
 from ..stored.response_store import ResponseStore
+from ..testing import routes as test_api
 from ..websocket import add_routes as add_websocket_routes
 from . import health, netem
 from .lane import Endpoint, Lane
@@ -164,6 +165,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         admin.add_routes(app, gateway)
     if config.server.engine:
         vllm_api.add_routes(app, gateway)  # /tokenize, /sleep, ... (an engine's vLLM surface)
+    test_api.add_routes(app, gateway.tests, config.admin.enabled)  # the pytest plugin's
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -187,7 +189,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     # request's cost. FastAPI's routes stay behind them for /openapi.json.
     app.router.routes[:0] = hot
     _openapi_with_bodies(app, bodies)
-    network = netem.install(app, config.server.emulate_rtt_ms)  # --emulate-rtt-ms: HTTP RTTs
+    network = netem.install(app, config.server.emulate_rtt_ms, config.server.time_scale)  # --emulate-rtt-ms: HTTP RTTs
     add_websocket_routes(app, gateway, network)  # Responses WebSocket mode (gateway/websocket)
     responses_api.add_routes(app)  # GET/DELETE /v1/responses/{id}, .../input_items, cancel
     count_tokens.add_routes(app, _request_body(  # POST /v1/messages/count_tokens

@@ -51,10 +51,15 @@ class NetworkModel:
     tcp_rtts: float = 1.0  # SYN / SYN-ACK; the ACK rides with the first data
     tls_rtts: float = 1.0  # TLS 1.3 full handshake (TLS 1.2 would be 2)
     init_cwnd_bytes: int = INIT_CWND_SEGMENTS * MSS_BYTES
+    time_scale: float = 1.0  # wall seconds per modeled second (``server.time_scale``)
 
     @classmethod
-    def from_ms(cls, rtt_ms: float) -> NetworkModel:
-        return cls(rtt_s=max(0.0, rtt_ms) / 1000.0)
+    def from_ms(cls, rtt_ms: float, time_scale: float = 1.0) -> NetworkModel:
+        return cls(rtt_s=max(0.0, rtt_ms) / 1000.0, time_scale=time_scale)
+
+    def wall(self, modeled_s: float) -> float:
+        """The wall time a modeled delay is slept for (the times reported stay modeled)."""
+        return modeled_s * self.time_scale
 
     @property
     def enabled(self) -> bool:
@@ -160,16 +165,16 @@ class NetemMiddleware:
         delay = self.model.http_request_s(new_connection=new, body_bytes=_content_length(scope))
         token = network_time.set(delay)
         try:
-            await self.sleep(delay)
+            await self.sleep(self.model.wall(delay))
             await self.app(scope, receive, send)
         finally:
             network_time.reset(token)
             self.tracker.end(client, self.clock())
 
 
-def install(app: Any, rtt_ms: float) -> NetworkModel:
+def install(app: Any, rtt_ms: float, time_scale: float = 1.0) -> NetworkModel:
     """Add the middleware when emulation is on; returns the model (websockets use it too)."""
-    model = NetworkModel.from_ms(rtt_ms)
+    model = NetworkModel.from_ms(rtt_ms, time_scale)
     if model.enabled:
         app.add_middleware(NetemMiddleware, model=model)
     return model

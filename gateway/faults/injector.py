@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from ..config import FaultsConfig, ServerConfig
 from ..errors import APIError, retry_headers
@@ -20,6 +21,9 @@ from ..observe.metrics import Metrics
 from ..pipeline.fault_kinds import Kind
 from ..state import StateBackend
 from .spec import HEADER, TEST_ID_HEADER, Fault, from_rule, parse_header
+
+if TYPE_CHECKING:
+    from ..testing import TestScopes
 
 log = logging.getLogger("fastmode.faults")
 
@@ -35,6 +39,7 @@ class FaultInjector:
         self.metrics = metrics
         self.rules = [from_rule(r, "config") for r in config.rules]
         self.rng = random.Random(config.seed)
+        self.tests: TestScopes | None = None  # per-test counted faults (gateway.testing)
 
     def parse(self, headers: Mapping[str, str]) -> Fault | None:
         """The header's fault (validated early: a malformed header is a 400)."""
@@ -59,6 +64,11 @@ class FaultInjector:
 
     def draw(self, headers: Mapping[str, str], *, tier: str, key: str,
              model: str) -> Fault | None:
+        scope = self.tests.get(headers.get(TEST_ID_HEADER, "")) if self.tests else None
+        if scope is not None and self.config.enabled:
+            counted = scope.fault(tier, key, model)
+            if counted is not None:
+                return counted
         for fault in self.candidates(headers):
             if not fault.matches(tier, key, model):
                 continue

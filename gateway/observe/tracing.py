@@ -34,7 +34,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,16 +56,21 @@ BODY = "body"  # x-fastmode-trace: body — traced, with the request's body and 
 _TRACED = _ON | {BODY}
 
 
+def _same(t: float) -> float:
+    return t
+
+
 @dataclass(slots=True)
 class Trace:
-    """One request's timeline, in monotonic seconds (``epoch`` converts them to Unix time)."""
+    """One request's timeline, in the engine's modeled seconds (monotonic seconds at
+    ``server.time_scale = 1``; ``epoch`` converts them to Unix time)."""
 
     request_id: str  # the server's id of the request (``x-request-id`` it answers with)
     client_request_id: str | None  # the id the client sent (x-request-id / x-client-request-id)
     protocol: str
     transport: str
     arrival: float
-    epoch: float  # Unix time minus loop time when the trace began
+    epoch: float  # Unix time minus modeled time when the trace began
     owner: str | None = None  # the key id that made it (None: auth off)
     response_id: str | None = None  # the id in the body (chatcmpl-…, resp_…, msg_…)
     model: str = ""
@@ -85,8 +90,11 @@ class Trace:
     body: Any = None  # the capture of ``sent`` (``gateway.observe.trace_bodies``)
     headers: dict[str, str] | None = None
 
+    # a ``time.monotonic()`` reading as a modeled time (the engine's ``server.time_scale``)
+    to_model: Callable[[float], float] = _same
+
     def event(self, due: float | None, sent: float, tokens: int) -> None:
-        self.events.append((due, sent, tokens))
+        self.events.append((due, self.to_model(sent), tokens))
 
     def admitted(self, job: Any) -> None:
         """What admission decided: the ids the client sees, the model, role and tier."""
@@ -154,6 +162,7 @@ class Traces:
         self.bounds = bounds or BodyBounds(2000, 65536)
         self.redactor = redactor or Redactor([])
         self._seq = itertools.count(1)
+        self.to_model: Callable[[float], float] = _same  # the engine's clock, once it runs
 
     def begin(self, headers: Mapping[str, str], request_id: str, protocol: str,
               transport: str, arrival: float | None = None) -> Trace | None:
@@ -164,9 +173,10 @@ class Traces:
             return None
         now = time.monotonic()
         client = next((v for h in CLIENT_ID_HEADERS if (v := headers.get(h))), None)
+        to_model = self.to_model
         trace = Trace(request_id, client, protocol, transport,
-                      now if arrival is None else arrival, time.time() - now,
-                      user_agent=headers.get("user-agent"))
+                      to_model(now if arrival is None else arrival), time.time() - to_model(now),
+                      to_model=to_model, user_agent=headers.get("user-agent"))
         if self.bodies or (asked is not None and asked.lower() == BODY):
             trace.with_body, trace.request_headers = True, headers
         return trace

@@ -32,6 +32,7 @@ from ..observe.trace_bodies import BodyBounds
 from ..observe.tracing import Traces
 from ..state import StateBackend, UsageRow, open_state
 from ..stored.ledger import job_row
+from ..testing import TestScopes
 from . import overflow, ratelimit
 from .auth import Authenticator
 from .decision import Decision, decide
@@ -79,6 +80,9 @@ class Gateway:
                              server.trace_bodies, BodyBounds(server.trace_body_string_chars,
                                                              server.trace_body_max_bytes),
                              Redactor(config.record.redact, load_hook(config.record.redact_hook)))
+        # per-test replies, counted faults and journal (gateway.testing; the pytest plugin)
+        self.tests = TestScopes()
+        self.engine.tests = self.faults.tests = self.tests
         add_gauge(self.metrics, "fastmode_turns_in_flight", "Turns admitted and not yet ended "
                   "(a leak would show here)", lambda: len(self.turns))
 
@@ -87,6 +91,8 @@ class Gateway:
     async def start(self) -> None:
         await self.state.start()
         self.engine.start()
+        if self.engine.fleet is not None:  # traces in the engine's modeled seconds
+            self.traces.to_model = self.engine.fleet.driver.clock.to_model
 
     @property
     def deployments(self) -> dict[str, PoolHandle]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from backends.engine import Tier
 from backends.pricing import Prices
 
-from ..faults import Fault, FaultInjector
+from ..faults import TEST_ID_HEADER, Fault, FaultInjector
 from .auth import Authenticator, Principal
 from .price_eras import PriceRule
 from .roles import STANDARD, Role
@@ -34,6 +34,7 @@ class Decision:
     fault: Fault | None  # the fault it drew (``gateway.faults``), before any is applied
     standard_role: Role = STANDARD  # the standard role as this model echoes it (a downgrade's)
     pricing: PriceRule | None = None  # the model's prices per role (``gateway.pipeline.price_eras``)
+    test_id: str = ""  # the request's x-fastmode-test-id (``gateway.testing``)
 
     def prices(self, role: Role, tier: Tier) -> Prices:
         """What the request pays per MTok when ``role`` on ``tier`` serves it: the model's
@@ -62,4 +63,4 @@ def decide(router: Router, auth: Authenticator, faults: FaultInjector, model: st
     key = principal.key.key if principal is not None else ""
     fault = faults.draw(headers, tier=routed.tier.name, key=key, model=model)
     return Decision(model, asked, routed.role, routed.tier, routed.standard, principal, fault,
-                    routed.standard_role, routed.pricing)
+                    routed.standard_role, routed.pricing, headers.get(TEST_ID_HEADER, ""))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from backends.drivers import (
     Overloaded,
@@ -39,6 +40,9 @@ from .job import Job
 from .request import TurnRequest
 from .tickets import Refused, Ticket
 
+if TYPE_CHECKING:
+    from ..testing import TestScopes
+
 
 class EngineAdmission:
     def __init__(self, spec: EngineSpec, server: ServerConfig) -> None:
@@ -51,11 +55,13 @@ class EngineAdmission:
         self._step_s: dict[int, float] = {}  # id(scheduler) -> its last step's duration
         self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
         self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
+        self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.fleet = RealtimeFleet(self.spec, self._stepped)  # backends.fleet: pools, tenants
+        # backends.fleet: pools, tenants; played at the server's time scale
+        self.fleet = RealtimeFleet(self.spec, self._stepped, self.server.time_scale)
         self.deployments = self.fleet.deployments
         self.fleet.start()
 
@@ -94,6 +100,12 @@ class EngineAdmission:
         if self.sleep.asleep:
             raise APIError(503, "The engine is sleeping (POST /wake_up wakes it).",
                            code="engine_sleeping")
+        scope = self.tests.get(ticket.decision.test_id) if self.tests is not None else None
+        scripted = False
+        if reply is None and scope is not None:
+            r = request.generation
+            reply = scope.scripted(r.messages, ticket.cap, tuple(r.stop))
+            scripted = reply is not None
         gen = self._generate(request, tier, ticket.cap) if reply is None else reply
         if ticket.pool_full:
             raise Refused(self.server.retry_after_s)
@@ -126,6 +138,8 @@ class EngineAdmission:
         if gen.reasoning_tokens:
             stream.watch = gen.reasoning_tokens  # keep its time: reasoning_time
         self.jobs.add(job)
+        if scope is not None:
+            scope.journal.append((job, request, scripted))
         return job
 
     def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:

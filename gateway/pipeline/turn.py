@@ -255,9 +255,11 @@ class Turn:
         compare, one encoder call and one yield; nothing here is per token."""
         job, enc = self.job, self.encoder
         assert job is not None and enc is not None
-        clock = asyncio.get_running_loop().time
-        max_lag = self.gateway.config.server.stream_max_lag_s
         stream = job.stream
+        clock = self._clock()
+        # a reader's lag is in the engine's modeled seconds, the bound in wall seconds
+        scale = stream.replica.scale if isinstance(stream, TokenStream) else 1.0
+        max_lag = self.gateway.config.server.stream_max_lag_s / scale
         enc.interval = interval = stream.interval  # the tier's stream_interval
         trace = self.trace  # None unless traced: one compare per event (gateway.tracing)
         try:
@@ -390,13 +392,21 @@ class Turn:
         self.encoder = fresh
         return fresh
 
+    def _clock(self) -> Callable[[], float]:
+        """The clock the stream's due times are on: the engine's (modeled seconds, scaled by
+        ``server.time_scale``), or the loop's for a remote tier's stream."""
+        stream = self.job.stream if self.job is not None else None
+        if isinstance(stream, TokenStream):
+            return stream.replica.clock
+        return asyncio.get_running_loop().time
+
     async def _apply(self, fault: Fault, frame: Callable[[Frames], Any]) -> AsyncIterator[Any]:
         """Apply a mid-stream fault once (its tokens so far have been sent)."""
         self.stream_fault = None
         enc = self.encoder
         assert enc is not None
         if fault.kind is Kind.STALL:  # one sleep, cut short by a graceful shutdown
-            clock = asyncio.get_running_loop().time
+            clock = self._clock()
             began = clock()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.gateway.drain_event.wait(),

@@ -121,7 +121,7 @@ class Session(ConnectionLife):
         sessions.add(self)
         try:
             if self.network.enabled:
-                await asyncio.sleep(self.network.ws_connect_s())
+                await asyncio.sleep(self.network.wall(self.network.ws_connect_s()))
             await self.ws.accept()
             self.last_frame = asyncio.get_running_loop().time()
             age = asyncio.create_task(self._age_limit())
@@ -323,7 +323,7 @@ class Session(ConnectionLife):
                                   arrived=arrived)
             delay = self.network.ws_turn_s() if self.network.enabled else 0.0
             if delay:
-                await asyncio.sleep(delay)
+                await asyncio.sleep(self.network.wall(delay))
             network_time.set(delay)  # this task's context: read by Gateway.admit
             if turn.trace is not None:  # the frame, kept on opt-in (gateway.observe.tracing)
                 turn.trace.sent = body

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from commands import main
+from fastmode.cli import main
 from gateway.config import load_config
 
 PREDICT_KEYS = {

@@ -12,7 +12,7 @@ from backends.calibrate import load_published
 from backends.calibrate.scope import scored_only_reason
 from backends.perf import Placement
 from backends.profiles import Catalog
-from commands import main
+from fastmode.cli import main
 
 CAT = Catalog.builtin()
 V12 = "trtllm-perf-overview-v12"

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from backends import hf_tokenizer
 from backends.tokenizer import count_tokens, tokenize
-from commands import main
+from fastmode.cli import main
 
 CORPUS = [
     "Hello, world! The tokenizer splits long words: internationalization.",

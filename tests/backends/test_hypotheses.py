@@ -18,7 +18,7 @@ import pytest
 from backends.engine import EngineSpec, build
 from backends.predict import predict_tier
 from backends.speculative import SpeculativePlacement, tokens_per_cycle
-from commands import main
+from fastmode.cli import main
 from gateway.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fast-hypotheses.toml"

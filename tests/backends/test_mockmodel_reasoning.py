@@ -24,7 +24,7 @@ from backends.reasoning import (
     ReasoningProfile,
 )
 from backends.tokenizer import tokenize
-from commands import main
+from fastmode.cli import main
 
 THINKER = ModelBehavior(reasoning=ReasoningProfile(enabled=True))
 USER = [{"role": "user", "content": "Explain continuous batching to a new engineer"}]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from commands import main
+from fastmode.cli import main
 
 _SAMPLE = re.compile(r"^(\w+)(?:\{([^}]*)\})?\s+(\S+)$")
 

@@ -11,8 +11,8 @@ from clients.bench_run import BenchPlan, flag_workload
 from clients.load_config import LoadConfig, LoadError, parse_headers
 from clients.report import report_renderables
 from clients.workload import DEFAULT_ROUTES, LengthDist, RequestSpec, WorkloadError
-from commands import main
-from commands.bench import build_plan, register
+from fastmode.cli import main
+from fastmode.cli.bench import build_plan, register
 
 
 def parse(*argv: str) -> argparse.Namespace:

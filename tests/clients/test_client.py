@@ -10,7 +10,7 @@ import pytest
 from clients.client import Client, tier_url
 from clients.event_parsers import ChatParser, ResponsesParser
 from clients.events import Done, Error, TextDelta, ToolCallDelta, Usage
-from commands import main
+from fastmode.cli import main
 
 WEATHER = {
     "type": "function",

@@ -15,7 +15,7 @@ import pytest
 from clients.records import RequestResult
 from clients.scenarios import fleet_delta, tier_figures
 from clients.stats import summarise
-from commands import main
+from fastmode.cli import main
 from workload import WorkloadError
 from workload.sweep import parse_shares, sweep_mix, sweep_row
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 CLIENTS = Path(__file__).resolve().parents[2] / "clients"
-FORBIDDEN = ("backends", "gateway", "commands")
+FORBIDDEN = ("backends", "gateway", "fastmode")
 
 
 def imported_roots(path: Path) -> set[str]:

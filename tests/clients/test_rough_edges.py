@@ -10,7 +10,7 @@ import pytest
 from rich.table import Table
 
 from clients.events import Done, Summary, TextDelta, Usage
-from commands import _common, main
+from fastmode.cli import _common, main
 
 
 def test_chat_without_a_server_names_the_url(capsys) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from clients.trace_reader import TraceError, read_trace
 from clients.workload import BENCH_TOOLS, CHAT_FRAMING_TOKENS, TOOL_MIN_MAX_TOKENS
-from commands import main
+from fastmode.cli import main
 
 TIERS = ("standard", "fast", "spark")
 

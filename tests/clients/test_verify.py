@@ -16,7 +16,7 @@ import pytest
 from clients.verify.compare import compare, percentile, server_metrics
 from clients.verify.tools import read
 from clients.verify.truth import from_record, load
-from commands import main
+from fastmode.cli import main
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
 

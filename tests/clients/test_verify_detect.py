@@ -15,7 +15,7 @@ from clients.verify.compare import NothingCompared, compare
 from clients.verify.records import ToolRequest, ToolRun
 from clients.verify.tools import Unreadable, read
 from clients.verify.truth import Truth, load
-from commands import main
+from fastmode.cli import main
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
 

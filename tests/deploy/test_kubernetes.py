@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from commands import build_parser
+from fastmode.cli import build_parser
 from gateway.config import load_config
 from gateway.edge.app import create_app
 

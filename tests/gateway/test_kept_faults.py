@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from conftest import launch, quick_config_text, stop_server
 
-from commands._faults import banner_lines
+from fastmode.cli._faults import banner_lines
 from gateway.config import StateConfig
 from gateway.state import SQLiteState
 

@@ -18,8 +18,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from commands import build_parser
-from commands.engine import apply_flags
+from fastmode.cli import build_parser
+from fastmode.cli.engine import apply_flags
 from gateway.config import ConfigError, load_config
 from gateway.edge.app import create_app
 from gateway.engine_config import engine_config

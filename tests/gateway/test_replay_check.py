@@ -11,7 +11,7 @@ import orjson
 import pytest
 from replay_session import CHAT_STREAM, post, recording_locally, replaying, sse_data, steady
 
-from commands import main
+from fastmode.cli import main
 from gateway.cassettes.library import CassetteError
 from gateway.cassettes.replay_stream import ReplayStream
 from gateway.edge.app import create_app
@@ -118,8 +118,8 @@ def test_serve_flags_are_checked_before_anything_starts(tmp_path, capsys) -> Non
 
 
 def test_upstream_flag_serves_every_tier_remotely(tmp_path) -> None:
-    from commands import build_parser
-    from commands._cassettes import apply
+    from fastmode.cli import build_parser
+    from fastmode.cli._cassettes import apply
     from gateway.config import load_config
 
     args = build_parser().parse_args(["serve", "--upstream", "http://127.0.0.1:9/",

@@ -20,7 +20,7 @@ from replay_session import (
     steady,
 )
 
-from commands import main
+from fastmode.cli import main
 from gateway.cassettes.library import CassetteError
 from gateway.edge.app import create_app
 

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(REDIS is None, reason="redis-server is not insta
 def engine(config: Path) -> Iterator[str]:
     """``fastmode engine --deployment standard`` in a subprocess; yields its base URL."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "commands", "engine", "--deployment",
+    proc = subprocess.Popen([sys.executable, "-m", "fastmode", "engine", "--deployment",
                              "standard", "--port", str(port), "--config", str(config)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -84,7 +84,7 @@ def test_record_from_an_engine_then_replay_on_two_workers_sharing_redis(tmp_path
             steps = agent.run(url + "/v1")
         finally:
             stop_server(proc)
-    check = subprocess.run([sys.executable, "-m", "commands", "replay-check", str(cassettes)],
+    check = subprocess.run([sys.executable, "-m", "fastmode", "replay-check", str(cassettes)],
                            cwd=ROOT, capture_output=True, text=True)
     assert check.returncode == 0 and check.stdout.strip().endswith(": ok"), check.stdout
     with redis_server(tmp_path) as redis_url:

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "commands", "serve", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "fastmode", "serve", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -48,7 +48,7 @@ def test_the_banner_names_redis_when_the_state_is_there() -> None:
     """With ``[state] redis_url`` the ledger is in Redis: the banner says so (without the
     URL's password), not the SQLite file that is never opened."""
     env = {**os.environ, "FASTMODE_REDIS_URL": "redis://:s3cret@127.0.0.1:1/0"}
-    proc = subprocess.Popen([sys.executable, "-m", "commands", "serve", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "fastmode", "serve", "--port", "0"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             env=env, text=True)
     try:

@@ -10,8 +10,8 @@ import pytest
 
 from backends.sleep import wake_seconds
 from backends.tokenizer import count_chat_prompt, count_tokens
-from commands import build_parser
-from commands.engine import apply_flags, ignored_warning
+from fastmode.cli import build_parser
+from fastmode.cli.engine import apply_flags, ignored_warning
 from gateway.config import ConfigError, load_config
 from gateway.edge.app import create_app
 from gateway.engine_config import engine_config
@@ -177,7 +177,7 @@ def test_engine_ignores_other_vllm_flags() -> None:
 
 
 def test_other_commands_still_refuse_unknown_flags(capsys) -> None:
-    from commands import main
+    from fastmode.cli import main
     with pytest.raises(SystemExit):
         main(["predict", "--no-such-flag"])
     assert "unrecognized arguments: --no-such-flag" in capsys.readouterr().err

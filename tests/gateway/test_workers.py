@@ -98,7 +98,7 @@ def test_two_workers_serve_one_port_and_merge_metrics(server_factory) -> None:
 
 
 def test_too_many_workers_exits_2_before_serving() -> None:
-    r = subprocess.run([sys.executable, "-m", "commands", "serve", "--workers", "9",
+    r = subprocess.run([sys.executable, "-m", "fastmode", "serve", "--workers", "9",
                         "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "--workers 9" in r.stderr and "replica" in r.stderr
@@ -179,7 +179,7 @@ def test_a_second_workers_gateway_on_a_busy_port_is_refused(tmp_path) -> None:
     proc, url = launch("--workers", "2", timeout=60, tmp=tmp_path)
     try:
         port = url.rsplit(":", 1)[1]
-        r = subprocess.run([sys.executable, "-m", "commands", "serve", "--workers", "2",
+        r = subprocess.run([sys.executable, "-m", "fastmode", "serve", "--workers", "2",
                             "--port", port], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)
         assert r.returncode == 2, r.stdout

@@ -18,8 +18,8 @@ from backends.simstats import Collector
 from backends.simulate import Workload, _Arrivals, _open_loop
 from clients.simcompare import simulate_args
 from clients.workload import FlagWorkload, Sampler
-from commands import build_parser
-from commands.simulate import build_workload
+from fastmode.cli import build_parser
+from fastmode.cli.simulate import build_workload
 from gateway.config import load_config
 from workload import LengthDist, ShapeSampler, open_loop_times, user_rng
 

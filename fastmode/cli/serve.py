@@ -21,7 +21,7 @@ from . import _cassettes, _faults
 
 
 class UsageError(Exception):
-    """A bad option: printed as one line by ``commands.main`` (exit status 2)."""
+    """A bad option: printed as one line by ``fastmode.cli.main`` (exit status 2)."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--emulate-rtt-ms", type=float, help="modeled network round trip, ms")
+    p.add_argument("--time-scale", type=float,
+                   help="wall seconds per modeled second (default: config server.time_scale, "
+                   "1.0; 0.01 streams 100x faster, every reported time stays modeled)")
     p.add_argument("--trace", action="store_true", default=None,
                    help="record every request's ground truth (GET /v1/fastmode/traces; "
                         "without it, only requests with x-fastmode-trace: 1)")
@@ -82,6 +85,8 @@ def configure(args: argparse.Namespace) -> Config:
         updates["port"] = args.port
     if args.emulate_rtt_ms is not None:
         updates["emulate_rtt_ms"] = args.emulate_rtt_ms
+    if getattr(args, "time_scale", None) is not None:
+        updates["time_scale"] = args.time_scale
     if getattr(args, "trace", None):
         updates["trace_all"] = True
     if getattr(args, "trace_file", None):
@@ -97,7 +102,7 @@ def configure(args: argparse.Namespace) -> Config:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err["loc"])
         flag = {"port": "--port", "host": "--host", "emulate_rtt_ms": "--emulate-rtt-ms",
-                "path": "--ledger"}.get(name, name)
+                "path": "--ledger", "time_scale": "--time-scale"}.get(name, name)
         raise UsageError(f"{flag}: {err['msg']}") from None
     check_ledger(state.path, state.redis_url)
     config = _cassettes.apply(args, config)

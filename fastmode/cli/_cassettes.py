@@ -18,7 +18,7 @@ from gateway.config import Config, RemoteConfig
 
 
 class UsageError(Exception):
-    """A bad flag: one line, exit status 2 (``commands.main``)."""
+    """A bad flag: one line, exit status 2 (``fastmode.cli.main``)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """What ``fastmode predict`` and ``fastmode simulate`` share: the engine from a config, output.
 
-``UsageError`` is the one-line error of these commands: ``commands.main`` prints any exception
+``UsageError`` is the one-line error of these commands: ``fastmode.cli.main`` prints any exception
 class of that name as ``fastmode <command>: error: <message>`` and exits with status 2.
 """
 

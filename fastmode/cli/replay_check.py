@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 class UsageError(Exception):
-    """A bad argument: one line, exit status 2 (``commands.main``)."""
+    """A bad argument: one line, exit status 2 (``fastmode.cli.main``)."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

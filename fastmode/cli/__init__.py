@@ -1,7 +1,7 @@
 """The ``fastmode`` command: one entry point, one module per subcommand in this package.
 
-``commands`` sits above every other package (it may import ``backends``, ``gateway``,
-``clients``); nothing imports it. Each module here has ``register(subparsers)``.
+``fastmode.cli`` sits above every other package (it may import ``backends``, ``gateway``,
+``clients``); nothing but ``fastmode``'s entry points imports it. Each module here has ``register(subparsers)``.
 Bad input is a one-line error naming the field, exit status 2, no traceback: a command raises
 any exception class named ``UsageError``, or a ``ProfileError`` / ``ConfigError``.
 """
@@ -13,18 +13,18 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# transitional: modules move into this package one by one (commands.<name>)
+# one module per subcommand, each with ``register(subparsers)``
 COMMAND_MODULES = (
-    "commands.predict",
-    "commands.simulate",
-    "commands.serve",
-    "commands.engine",
-    "commands.chat",
-    "commands.bench",
-    "commands.calibrate",
-    "commands.verify",
-    "commands.tokenizer",
-    "commands.replay_check",
+    "fastmode.cli.predict",
+    "fastmode.cli.simulate",
+    "fastmode.cli.serve",
+    "fastmode.cli.engine",
+    "fastmode.cli.chat",
+    "fastmode.cli.bench",
+    "fastmode.cli.calibrate",
+    "fastmode.cli.verify",
+    "fastmode.cli.tokenizer",
+    "fastmode.cli.replay_check",
 )
 
 

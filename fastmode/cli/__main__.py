@@ -1,5 +1,5 @@
 import sys
 
-from commands import main
+from fastmode.cli import main
 
 sys.exit(main())

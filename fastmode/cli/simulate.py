@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
         "(--output-tokens stays the visible part); adds the visible TTFT rows",
     )
     s.add_argument("--json", action="store_true", help="print one JSON object")
-    add_sweep_arguments(s)  # --scenario fast-share, --shares, --fleet (commands._sweep)
+    add_sweep_arguments(s)  # --scenario fast-share, --shares, --fleet (fastmode.cli._sweep)
     s.set_defaults(func=cmd_simulate)
 
 

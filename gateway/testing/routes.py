@@ -1,0 +1,176 @@
+"""The per-test API: what the pytest plugin sets before a test and reads after it.
+
+Admin (``[admin]`` key, like ``/admin/faults``):
+
+- ``POST /admin/tests/{test_id}/replies`` ``{"match", "text" | "tool_call": {"name",
+  "arguments"} | "json", "times"}`` — a scripted reply for that test (first match wins);
+- ``POST /admin/tests/{test_id}/faults`` ``{"kind", "times", "after", "s", "tier", "model"}`` —
+  a fault its next ``times`` matching requests get, counted (no probability);
+- ``GET /admin/tests/{test_id}`` — its replies (with their uses), faults and journal;
+- ``DELETE /admin/tests/{test_id}`` — forget it.
+
+Any key: ``GET /v1/fastmode/journal?test_id=ID`` — that test's requests made with the caller's
+key (the admin key sees all; ownership as for traces).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import APIError, bad_request
+from ..faults.spec import Fault
+from ..pipeline.fault_kinds import Kind
+from ..protocols.base import parse_json
+from ..stored.ownership import Caller, caller
+from .journal import entry
+from .scopes import CountedFault, ReplyRule, TestScopes
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCallBody(_Strict):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReplyBody(_Strict):
+    match: str = Field(min_length=1, max_length=4096)
+    text: str | None = None
+    tool_call: ToolCallBody | None = None
+    json_value: Any = Field(None, alias="json")
+    times: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one(self) -> ReplyBody:
+        given = [self.text is not None, self.tool_call is not None, self.json_value is not None]
+        if sum(given) != 1:
+            raise ValueError("exactly one of text, tool_call or json")
+        return self
+
+
+class FaultBody(_Strict):
+    kind: Kind
+    times: int = Field(1, ge=1, le=1_000_000)
+    after: int = Field(0, ge=0)
+    s: float | None = Field(None, ge=0, le=3600)
+    tier: str | None = None
+    model: str | None = None
+
+
+def _parse(model: type[BaseModel], raw: bytes) -> Any:
+    try:
+        return model.model_validate(parse_json(raw))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or "body"
+        raise bad_request(f"Invalid value for '{param}': {err['msg']}.", param=param) from None
+
+
+def _reply_rule(body: ReplyBody) -> ReplyRule:
+    import re
+
+    try:
+        re.compile(body.match)
+    except re.error as exc:
+        raise bad_request(f"Invalid value for 'match': not a regex ({exc}).",
+                          param="match") from None
+    call = body.tool_call
+    return ReplyRule(body.match, body.text, call.name if call else None,
+                     call.arguments if call else None, body.json_value, body.times)
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(value), status, media_type="application/json")
+
+
+def _error(exc: APIError) -> Response:
+    return Response(orjson.dumps(exc.body()), exc.status, headers=exc.headers,
+                    media_type="application/json")
+
+
+def journal(tests: TestScopes, test_id: str, who: Caller) -> list[dict[str, Any]]:
+    scope = tests.get(test_id)
+    if scope is None:
+        return []
+    return [entry(job, request, scripted) for job, request, scripted in scope.journal
+            if who.may_see(job.principal.id if job.principal is not None else None)]
+
+
+def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
+    def check(request: Request) -> None:
+        if not request.app.state.gateway.is_admin(request.headers):
+            raise APIError(401, "The admin API needs `Authorization: Bearer <admin key>`.",
+                           code="invalid_admin_key")
+
+    async def add_reply(request: Request) -> Response:
+        try:
+            check(request)
+            rule = _reply_rule(_parse(ReplyBody, await request.body()))
+        except APIError as exc:
+            return _error(exc)
+        tests.open(request.path_params["test_id"]).replies.append(rule)
+        return _json(rule.as_dict(), 201)
+
+    async def add_fault(request: Request) -> Response:
+        try:
+            check(request)
+            body = _parse(FaultBody, await request.body())
+            if body.tier is not None and body.tier not in request.app.state.gateway.spec.tiers:
+                raise bad_request(f"Invalid value for 'tier': unknown tier {body.tier!r}.",
+                                  param="tier")
+        except APIError as exc:
+            return _error(exc)
+        fault = Fault(body.kind, 1.0, body.after, body.s, "test", body.tier, None, body.model)
+        tests.open(request.path_params["test_id"]).faults.append(CountedFault(fault, body.times))
+        return _json({**fault.as_dict(), "times": body.times}, 201)
+
+    async def show(request: Request) -> Response:
+        try:
+            check(request)
+        except APIError as exc:
+            return _error(exc)
+        test_id = request.path_params["test_id"]
+        scope = tests.get(test_id)
+        if scope is None:
+            return _json({"test_id": test_id, "replies": [], "faults": [], "journal": []})
+        return _json({
+            "test_id": test_id,
+            "replies": [r.as_dict() for r in scope.replies],
+            "faults": [{**f.fault.as_dict(), "times": f.times, "used": f.used}
+                       for f in scope.faults],
+            "journal": journal(tests, test_id, Caller(None, sees_all=True)),
+        })
+
+    async def forget(request: Request) -> Response:
+        try:
+            check(request)
+        except APIError as exc:
+            return _error(exc)
+        return _json({"deleted": tests.clear(request.path_params["test_id"])})
+
+    async def public_journal(request: Request) -> Response:
+        gateway = request.app.state.gateway
+        try:
+            who = caller(gateway.auth, request.headers, admin=gateway.is_admin(request.headers))
+            test_id = request.query_params.get("test_id", "")
+            if not test_id:
+                raise bad_request("Missing required parameter: 'test_id'.", param="test_id")
+        except APIError as exc:
+            return _error(exc)
+        return _json({"object": "list", "data": journal(tests, test_id, who)})
+
+    if admin:
+        app.add_api_route("/admin/tests/{test_id}/replies", add_reply, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}/faults", add_fault, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}", show, methods=["GET"])
+        app.add_api_route("/admin/tests/{test_id}", forget, methods=["DELETE"])
+    for prefix in ("/v1", "/fast/v1"):
+        app.add_api_route(prefix + "/fastmode/journal", public_journal, methods=["GET"])
