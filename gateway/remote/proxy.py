@@ -180,6 +180,24 @@ class RemoteTiers:
             raise ClientGone()
         return job
 
+    def _warm_up(self, ticket: Ticket, rid: str, arrival: float) -> RemoteJob:
+        """A warm-up (``generate: false``) completes at the gateway with no output: Chat
+        Completions, the upstream's protocol, has no way to prefill without generating."""
+        req, decision = ticket.request, ticket.decision
+        reply = LiveReply()
+        upstream = UpstreamStream(reply, None, lambda outcome, exc: self.jobs.discard(job),
+                                  arrival)
+        job = RemoteJob(
+            id=rid, model=req.model, tier=ticket.tier, role=ticket.role,
+            requested_tier=decision.tier.name, gen=reply, prompt_tokens=req.prompt_tokens,
+            cached_tokens=0, stream=upstream, created=int(time.time()),
+            principal=decision.principal, network_s=network_time.get(),
+            headers=dict(ticket.headers), upstream=upstream, prices=ticket.prices)
+        self.jobs.add(job)
+        upstream.complete(asyncio.get_running_loop().time())
+        reply.reported_output = 0  # the stream's one empty piece is no output
+        return job
+
     async def _admit(self, ticket: Ticket) -> RemoteJob:
         req, tier, streaming = ticket.request, ticket.tier, ticket.stream
         rid = new_id("req")
@@ -187,6 +205,8 @@ class RemoteTiers:
         arrival = loop.time()
         if ticket.pool_full:  # the fast-exhausted fault: as if every upstream said 429
             raise Refused(self.config.server.retry_after_s)
+        if not req.generate:
+            return self._warm_up(ticket, rid, arrival)
         try:
             opened = await self._attempts(rid, tier.name, req, ticket.cap, streaming)
         except _Failed as failed:

@@ -267,3 +267,11 @@ def test_custom_and_namespaced_calls_through_a_remote_tier(quick_server: str,
          "input": call.input},
         {"type": "custom_tool_call_output", "call_id": call.call_id, "output": "Done."}])
     assert answered.output[-1].type == "message" and answered.output[-1].content[0].text
+    # a warm-up completes at the gateway: no output, input billed only, streamed or not
+    warm = post(gw, {"model": MODEL, "input": "hi", "generate": False}).json()
+    assert warm["status"] == "completed" and warm["output"] == []
+    assert warm["usage"]["output_tokens"] == 0 and warm["usage"]["input_tokens"] > 0
+    streamed = list(api.responses.create(model=MODEL, input="hi", stream=True,
+                                         extra_body={"generate": False}))
+    assert streamed[-1].type == "response.completed"
+    assert streamed[-1].response.output == [] and streamed[-1].response.usage.output_tokens == 0
