@@ -63,6 +63,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests = Path(__file__).parent
 
     def key(item: pytest.Item) -> int:
+        if not item.path.is_relative_to(tests):  # examples/
+            return len(rank)
         return rank.get(item.path.relative_to(tests).as_posix(), len(rank))
 
     items.sort(key=key)  # stable: the others keep their order, and each file its tests'
