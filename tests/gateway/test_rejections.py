@@ -150,14 +150,14 @@ async def test_the_websocket_logs_and_traces_a_refused_response_create(server: S
 def test_a_traced_rejection_is_in_the_traces_with_its_error(server: Server) -> None:
     with pytest.raises(openai.NotFoundError):
         oa(server, default_headers=TRACED).chat.completions.create(
-            model="gpt-unknown-9", messages=[{"role": "user", "content": "hi"}])
+            model="no-such-model-9", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(anthropic.BadRequestError):
         an(server, default_headers=TRACED).messages.create(
             model="frontier", max_tokens=8, messages=[{"role": "robot", "content": "hi"}])
     records = [t for t in server.traces() if t["error"] is not None]
-    chat = next(t for t in records if t["model"] == "gpt-unknown-9")
+    chat = next(t for t in records if t["model"] == "no-such-model-9")
     assert chat["status"] == 404 and chat["protocol"] == "chat" and chat["events"] == []
-    assert chat["error"]["param"] == "model" and "gpt-unknown-9" in chat["error"]["message"]
+    assert chat["error"]["param"] == "model" and "no-such-model-9" in chat["error"]["message"]
     assert chat["user_agent"] == f"OpenAI/Python {openai.__version__}"
     assert chat["body"] is None  # a body only on opt-in
     msg = next(t for t in records if t["protocol"] == "messages" and t["status"] == 400)
@@ -167,7 +167,7 @@ def test_a_traced_rejection_is_in_the_traces_with_its_error(server: Server) -> N
     assert not [t for t in server.traces(OTHER) if t["error"] is not None]
     before = len(records)
     with pytest.raises(openai.NotFoundError):
-        oa(server).chat.completions.create(model="gpt-untraced",
+        oa(server).chat.completions.create(model="untraced-model",
                                            messages=[{"role": "user", "content": "hi"}])
     assert len([t for t in server.traces() if t["error"] is not None]) == before
 

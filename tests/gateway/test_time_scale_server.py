@@ -11,7 +11,7 @@ from backends.engine import build
 from backends.pricing import operating_step_seconds
 from gateway.config import load_config
 
-BODY = {"model": "frontier-spark", "max_tokens": 1000,
+BODY = {"model": "frontier-spark", "max_tokens": 1000, "ignore_eos": True,  # exactly 1,000
         "messages": [{"role": "user", "content": "Write a very long essay about rivers."}]}
 
 
