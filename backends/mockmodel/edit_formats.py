@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .agent_task import asks_change
 from .chat_files import ChatFile, chat_files
 from .edits import Edit, requested_edit
 from .pieces import finish_text
@@ -60,10 +61,17 @@ def edit_format_reply(req: GenerationRequest, streams: Streams) -> Generation | 
         return None
     target = find_target(task, chat_files(req.messages))
     if target is None:
-        return None
+        if not asks_change(task):
+            return None  # a question about the files: the ordinary answer
+        # a change it cannot place: ask, as the prompt says to, rather than write a block
+        return finish_text(_UNCLEAR, req.max_tokens, req.stop)
     file, edit = target
     preface = streams("edit").choice(_PREFACES).format(summary=edit.summary, path=file.path)
     return finish_text(render(fmt.name, file, edit, preface), req.max_tokens, req.stop)
+
+
+_UNCLEAR = ("I'm not sure which text to change in the files you added. Which line should "
+            "change, and to what?")
 
 
 def asked_format(messages: Sequence[Mapping[str, Any]]) -> EditFormat | None:

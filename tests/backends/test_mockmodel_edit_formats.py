@@ -90,6 +90,14 @@ def test_a_task_it_cannot_read_gets_the_ordinary_reply(fmt: str) -> None:
     assert edit_format_reply(request(body), Streams(request(body))) is None
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_change_it_cannot_place_is_a_question_not_a_block(fmt: str) -> None:
+    body = copy.deepcopy(recorded(fmt))
+    body["messages"][-1]["content"] = "replace the word zebra with horse"  # no zebra in it
+    reply = edit_format_reply(request(body), Streams(request(body)))
+    assert reply is not None and reply.text.endswith("?") and "```" not in reply.text
+
+
 def test_no_edit_format_asked_for_means_no_edit_reply() -> None:
     body = copy.deepcopy(recorded("whole"))
     body["messages"][0]["content"] = "You are a helpful assistant."
