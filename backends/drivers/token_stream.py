@@ -289,7 +289,7 @@ class TokenStream(CountStream):
         tag, which holds the stream), the reader's objects would be garbage only the cyclic
         collector finds, one cycle per request: its collections took 41-50 us of a short
         request's ~300 us of CPU in process and held the loop up to 12 ms (docs/streaming.md,
-        "A fifth look"; tests/gateway/test_no_cycles.py).
+        "Where the time goes"; tests/gateway/test_no_cycles.py).
         Unlinked, they are freed by reference counting when the reader is done with them.
         Nothing reads either tag after the request left: the step's ``on_step`` reads them
         before."""

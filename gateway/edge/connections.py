@@ -167,7 +167,7 @@ class _Heads:
     """The connections whose head is on the clock, swept by one timer for all of them.
 
     A timer per connection (``loop.call_later`` at each head, cancelled when the head is
-    complete) cost ~8,000 instructions per request (callgrind, issue 21); here a head is one
+    complete) cost ~8,000 instructions per request (callgrind); here a head is one
     ``set.add`` and one ``discard``, and one timer runs every ``SWEEPS`` th of the deadline
     while any head is pending, so a head is answered 408 between ``header_timeout_s`` and
     ``header_timeout_s * (1 + 1 / SWEEPS)`` after it began."""

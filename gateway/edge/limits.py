@@ -208,7 +208,7 @@ def _parts(body: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def check_parts(body: Mapping[str, Any], limit: int) -> None:
     """At most ``limit`` content parts, each one's ``type`` a string (a list there was a 500
-    in the tokenizer, issue 28)."""
+    in the tokenizer)."""
     for n, (param, part) in enumerate(_parts(body), 1):
         if n > limit:
             raise bad_request(f"The request has more than {limit} content parts.",

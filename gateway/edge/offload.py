@@ -1,4 +1,4 @@
-"""Work that grows with a request's size runs off the event loop (issue 28).
+"""Work that grows with a request's size runs off the event loop.
 
 One event loop serves every connection of a gateway process: while it parses a 16 MB body or
 counts the tokens of a 15-million-token prompt, nothing else moves, ``/healthz`` included. So a

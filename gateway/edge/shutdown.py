@@ -118,7 +118,7 @@ class GatewayServer(uvicorn.Server):
         700: a finished request leaves no cycle (``tests/gateway/test_no_cycles.py``), so a
         collection finds only the live objects of the requests in flight. Collecting them 36
         times less often takes ~40,000 of the ~44,000 instructions the collector cost per
-        short streamed request (callgrind, issue 21); a collection of 25,000 young objects
+        short streamed request (callgrind); a collection of 25,000 young objects
         takes ~0.5 ms, inside the pacing tolerance (2 ms)."""
         await super().startup(sockets)
         gc.collect()

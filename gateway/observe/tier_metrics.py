@@ -3,7 +3,7 @@
 ``fastmode_requests``, the token and cost counters and the TTFT / ITL histograms change once per
 request. Through ``prometheus_client``'s ``Counter`` and ``Histogram`` that is eight updates,
 each taking a lock and, for a histogram, scanning its buckets in Python: ~44,000 instructions
-per request under callgrind, 2.8% of a short streamed request's whole server cost (issue 21).
+per request under callgrind, 2.8% of a short streamed request's whole server cost.
 Here a request adds to a tier's slots and bisects each histogram once; the families are built
 when ``/metrics`` is scraped, with the names, labels, buckets and ``_created`` samples the
 client library gave them, so the exposition is unchanged. Updates come from the event loop's

@@ -1,4 +1,4 @@
-"""``/v1/models`` in Anthropic's shape for the anthropic SDK (issue 22), OpenAI's for the rest.
+"""``/v1/models`` in Anthropic's shape for the anthropic SDK, OpenAI's for the rest.
 
 Driven with the official anthropic SDK as its users call it: ``models.list()`` (and its
 auto-pagination over ``after_id`` / ``before_id``), ``models.retrieve()``, and an unknown id as

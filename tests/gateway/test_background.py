@@ -1,4 +1,4 @@
-"""Background mode and cancel (issue 22), driven with the SDK as the Open Responses suite and
+"""Background mode and cancel, driven with the SDK as the Open Responses suite and
 the SDK's tests drive them.
 
 ``background: true`` answers at once (``queued``); the turn runs on the tier's engine (its

@@ -1,4 +1,4 @@
-"""Batches (issue 27): OpenAI's Batch API (``/v1/files`` + ``/v1/batches``) and Anthropic's
+"""Batches: OpenAI's Batch API (``/v1/files`` + ``/v1/batches``) and Anthropic's
 Message Batches (``/v1/messages/batches``) with the official SDKs, in process. Requests are
 answered by their endpoint, run on the modeled batch pool (results when it is done, the wait
 scaled by ``[batches] time_scale``), billed at its derived price, owned by the key."""

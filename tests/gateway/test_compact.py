@@ -1,4 +1,4 @@
-"""``POST /v1/responses/compact`` (issue 22): what the Open Responses suite and the SDK check.
+"""``POST /v1/responses/compact``: what the Open Responses suite and the SDK check.
 
 A compaction answers ``object: "response.compaction"`` with the compacted window (the user
 messages, then one ``compaction`` item); a later request takes the window as input over HTTP

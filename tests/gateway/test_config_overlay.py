@@ -1,4 +1,4 @@
-"""A config file is laid over the built-in default (issue 27: a three-line override failed
+"""A config file is laid over the built-in default (a three-line override failed
 with ``deployments: Field required``; one more model id meant copying ~260 lines), and a
 complete config means what it meant before overlays: it brings its own topology."""
 

@@ -1,4 +1,4 @@
-"""The Conversations API is refused clearly (issue 27: the Responses ``conversation`` id was
+"""The Conversations API is refused clearly (the Responses ``conversation`` id was
 ignored silently, so an agent lost its history without a word): a 400 in OpenAI's format that
 names the parameter and says what to use instead, with the official SDK, over HTTP and the
 websocket."""

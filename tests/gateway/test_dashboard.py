@@ -59,7 +59,7 @@ async def test_page_and_assets_are_served_from_the_package(app_and_client) -> No
 
 
 async def test_the_page_has_an_icon_from_the_package(app_and_client) -> None:
-    """Issue 27: the dashboard had no favicon (a 404 in every browser's console)."""
+    """The dashboard once had no favicon (a 404 in every browser's console)."""
     _, client = app_and_client
     page = (await client.get("/dashboard")).text
     assert '<link rel="icon" type="image/svg+xml" href="/dashboard/static/favicon.svg">' in page

@@ -1,4 +1,4 @@
-"""``POST /v1/embeddings`` with the official openai SDK (issue 27: it was a 404): deterministic
+"""``POST /v1/embeddings`` with the official openai SDK: deterministic
 vectors, similar texts closer than unrelated ones, ``dimensions`` and ``encoding_format`` as
 the API has them, OpenAI's errors, usage priced and held for the modeled prefill time."""
 

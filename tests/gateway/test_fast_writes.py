@@ -1,4 +1,4 @@
-"""The request path's shortcuts past the framework (issue 21's per-request cost), each held to
+"""The request path's shortcuts past the framework, each held to
 what it replaces: token events written straight to the connection only while uvicorn's ``send``
 would write them at once, the client's hang-up reported by the connection itself, a request's
 headers read once, and no access line formatted that no logger would print."""

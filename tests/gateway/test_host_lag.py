@@ -1,4 +1,4 @@
-"""Host lag through the gateway (issue 21): a held event loop is latency, counted once, never a
+"""Host lag through the gateway: a held event loop is latency, counted once, never a
 reader's lag, logged at most once a minute, and on the dashboard.
 
 The loop is held deterministically (``time.sleep``) in the middle of a spark stream, from the

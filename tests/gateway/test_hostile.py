@@ -1,4 +1,4 @@
-"""Issue 28's hostile requests: heavy work leaves the event loop and is bounded, small malformed
+"""Hostile requests: heavy work leaves the event loop and is bounded, small malformed
 fields are 400s in the route's own format (HTTP and websocket), never a 500 or a silent 200.
 
 How long the loop stalls is measured by ``bench/hostile.py``; here: *where* the work runs

@@ -1,4 +1,4 @@
-"""Image input (issue 22): Responses ``input_image`` and Chat ``image_url`` are accepted as
+"""Image input: Responses ``input_image`` and Chat ``image_url`` are accepted as
 base64 or URL, never fetched, billed by OpenAI's tile rule, and lengthen the modeled prefill;
 an image the provider would refuse is a 400 naming the part. A remote tier gets them as Chat
 ``image_url`` parts, which its engine bills by the same rule."""

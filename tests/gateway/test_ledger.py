@@ -167,7 +167,7 @@ async def test_usage_matches_what_the_clients_received(app) -> None:
 
 
 async def test_usage_sums_the_reasoning_tokens_the_clients_were_billed(app) -> None:
-    """Reasoning tokens are counted in the ledger as the replies reported them (issue 27: the
+    """Reasoning tokens are counted in the ledger as the replies reported them (the
     ledger wrote 0 for every row), on every protocol that thinks."""
     transport = httpx.ASGITransport(app=app)
     sdk = openai.AsyncOpenAI(base_url="http://t/v1", api_key="x",

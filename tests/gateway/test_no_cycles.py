@@ -3,8 +3,8 @@
 Such a cycle is freed only by the cyclic garbage collector: one per request fed it ~13 objects
 (the job, its token stream and sequence, the encoder and its event buffer, their lists), and its
 collections, one every ~25 requests and a full one every ~2,000, took 41-50 us of a short
-request's ~300 us of CPU in process and held the event loop for up to 12 ms (measured in stop 34:
-docs/streaming.md, "A fifth look"). The objects of a finished turn must be freed by reference
+request's ~300 us of CPU in process and held the event loop for up to 12 ms (measured:
+docs/streaming.md, "Where the time goes"). The objects of a finished turn must be freed by reference
 counting alone.
 
 Every protocol through a real uvicorn server and the official SDKs: Chat (streamed and not),

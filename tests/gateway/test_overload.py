@@ -167,7 +167,7 @@ async def fast_app(tmp_path) -> AsyncIterator:
 
 
 async def test_a_burst_that_fills_the_fast_pool_is_told_when_a_slot_frees(fast_app) -> None:
-    """Issue 28: a burst of long fast streams fills the pool before its first step; the
+    """A burst of long fast streams fills the pool before its first step; the
     refused one was told ``retry-after-ms: 1`` (no step time known yet, prompts not decoding).
     Now: the modeled time its first stream finishes (``backends.free_slot``, checked against
     the timeline in tests/backends/test_free_slot.py), rounded up in both headers."""

@@ -1,4 +1,4 @@
-"""Price eras per model id (issue 23): the same tiers, billed and labelled per model.
+"""Price eras per model id: the same tiers, billed and labelled per model.
 
 The default config's aliases carry their provider's published prices as data
 (``[routes.MODEL]``: ``prices``, ``price_factor``, ``echo``, ``speedup``): Claude Opus 4.6's

@@ -1,4 +1,4 @@
-"""vLLM's probe surface (issue 27): what load generators and orchestrators call before they
+"""vLLM's probe surface: what load generators and orchestrators call before they
 send a request. guidellm's OpenAI backend validates its target with ``GET {target}/health``
 (the base URL without ``/v1``, with its bearer header) and stops on anything but a 2xx;
 SageMaker probes ``/ping``; ``/version`` and ``/load`` are vLLM's too. Each answers as vLLM

@@ -1,4 +1,4 @@
-"""JSON asked for in the prompt, end to end (issue 27): LangChain's ``json_mode`` and the
+"""JSON asked for in the prompt, end to end: LangChain's ``json_mode`` and the
 prompts instructor and pydantic-ai send, over Chat, Responses and Messages with the official
 SDKs. (instructor 1.17 and pydantic-ai 2.38 themselves were run against a server in a scratch
 venv: every mode validated; see docs/agent-features.md.)"""

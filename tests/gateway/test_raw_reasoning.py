@@ -1,5 +1,5 @@
-"""Raw reasoning for models configured to show it (``raw_reasoning`` in ``[behavior.MODEL]``,
-issue 22): the vLLM / gpt-oss convention that guidellm, vLLM's clients and the gpt-oss
+"""Raw reasoning for models configured to show it (``raw_reasoning`` in ``[behavior.MODEL]``):
+the vLLM / gpt-oss convention that guidellm, vLLM's clients and the gpt-oss
 compatibility harness read, driven with the official openai SDK (and a websocket client):
 
 * Chat: ``message.reasoning`` and ``message.reasoning_content``; streamed, one

@@ -184,7 +184,7 @@ async def test_every_final_usage_carries_the_cost_with_reasoning(
     assert last["type"] == "response.incomplete"  # 40 reasoning tokens > the 30 allowed...
     usage = last["response"]["usage"]
     assert usage["output_tokens"] == 30
-    # ...but reasoning never takes the whole cap: the reply keeps half of it (issue 27)
+    # ...but reasoning never takes the whole cap: the reply keeps half of it
     assert usage["output_tokens_details"]["reasoning_tokens"] == 15
     assert usage["cost_usd"] == pytest.approx(prices.cost(usage["input_tokens"], 0, 30))
     assert [o["type"] for o in last["response"]["output"]] == ["reasoning", "message"]

@@ -1,4 +1,4 @@
-"""Reasoning sized by the task and bounded by the client's budget (issue 27): "hi" at high
+"""Reasoning sized by the task and bounded by the client's budget: "hi" at high
 effort thought for 5,873 tokens (91 s on standard), and an Agents SDK run with
 ``max_tokens=300`` failed because the reasoning took the whole budget. With the official SDKs,
 on the default behaviour (lognormal lengths)."""

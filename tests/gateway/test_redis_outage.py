@@ -1,4 +1,4 @@
-"""Redis as a dependency that can fail (issue 28, finding 5), against a real ``redis-server``
+"""Redis as a dependency that can fail, against a real ``redis-server``
 and a real ``fastmode serve``: Redis killed, then hung (SIGSTOP), then back.
 
 What must hold: a request that needs the shared state (a key with a limit) gets a 503 with

@@ -201,7 +201,7 @@ async def test_responses_usage_and_settings_are_shared(redis_url: str) -> None:
 
 
 async def test_reasoning_tokens_are_summed_and_old_rows_still_read(redis_url: str) -> None:
-    """Reasoning tokens sum into the totals (issue 27); a row written before the field existed
+    """Reasoning tokens sum into the totals; a row written before the field existed
     (its JSON without the key) reads back with the default, not a crash or a None."""
     import orjson
     import redis.asyncio

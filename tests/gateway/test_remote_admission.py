@@ -1,4 +1,4 @@
-"""Remote tiers are admitted on the same path as in-process ones (issue 20): the same limits
+"""Remote tiers are admitted on the same path as in-process ones: the same limits
 and headers, the same downgrade rule, and a pool whose upstreams are all down answers 503 in
 the route's own format — never an answer simulated in process."""
 

@@ -1,4 +1,4 @@
-"""Background mode, compaction and image input on a remote tier (issue 22): the same pipeline
+"""Background mode, compaction and image input on a remote tier: the same pipeline
 as in process, the work done by the upstream engine (the scripted fakes of test_remote.py).
 """
 # ruff: noqa: F811 - `topo` is the fixture imported from test_remote, used as a parameter

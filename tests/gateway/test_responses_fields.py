@@ -1,4 +1,4 @@
-"""The Responses API's response object carries every field OpenAI's does (issue 22), with the
+"""The Responses API's response object carries every field OpenAI's does, with the
 types the Open Responses schema requires, on every transport: non-streamed, SSE, websocket.
 
 What the Open Responses compliance suite checks of the object: ``completed_at`` (an integer once

@@ -1,5 +1,5 @@
 """A tier is a value: what a client sees depends on the role it asked for, never on what the
-config calls the tier that serves it (issue 20).
+config calls the tier that serves it.
 
 * Renaming every tier and deployment of the built-in config changes nothing on the wire for
   Chat, Responses (SSE and websocket) and Anthropic Messages, whichever role is asked for.

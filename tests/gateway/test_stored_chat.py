@@ -1,4 +1,4 @@
-"""Stored Chat Completions (``store: true``, issue 22), driven with the official openai SDK as
+"""Stored Chat Completions (``store: true``), driven with the official openai SDK as
 its users call them: ``chat.completions.retrieve / update / list / delete`` and
 ``chat.completions.messages.list``, on both state backends (the SQLite file and a real Redis).
 

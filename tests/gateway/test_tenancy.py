@@ -1,4 +1,4 @@
-"""Tenants cannot see each other (issue 28, findings 1, 2 and the key parts of 9).
+"""Tenants cannot see each other.
 
 Two API keys on one gateway with auth on, over both state backends (the SQLite file and a real
 Redis), driven with the official openai SDK as users drive it:

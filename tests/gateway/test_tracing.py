@@ -1,4 +1,4 @@
-"""Ground truth per request (gateway.tracing, issue 25): what ``GET /v1/fastmode/traces`` says.
+"""Ground truth per request (gateway.observe.tracing): what ``GET /v1/fastmode/traces`` says.
 
 In process, on the quick hardware: a traced request (``x-fastmode-trace: 1``, or every request
 with ``server.trace_all``) leaves one JSONL record keyed by the server's ids and the client's

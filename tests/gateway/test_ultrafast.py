@@ -1,4 +1,4 @@
-"""OpenAI's ``ultrafast`` service tier in the default config (issue 23), on every protocol.
+"""OpenAI's ``ultrafast`` service tier in the default config, on every protocol.
 
 One vocabulary row and a route: ``service_tier: "ultrafast"`` (Chat, Completions, Responses
 over SSE and the websocket; ``speed: "ultrafast"`` on Messages, a fastmode extension) is routed

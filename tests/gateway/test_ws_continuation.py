@@ -1,4 +1,4 @@
-"""Websocket continuations that fail (issue 22), as the Open Responses suite checks them.
+"""Websocket continuations that fail, as the Open Responses suite checks them.
 
 A continuation that fails (here: a tool output for a call the continued response never made,
 OpenAI's 400) evicts the response it continued from the connection's memory: continuing it
