@@ -248,3 +248,17 @@ async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
     app = create_app(config)
     async with app.router.lifespan_context(app):
         yield app
+
+
+@contextlib.asynccontextmanager
+async def asgi_client(config: Any, base_url: str = "http://t") -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client on the gateway (or engine) app of ``config``, its lifespan started and
+    stopped around the block; ``client.app`` is the app."""
+    from gateway.edge.app import create_app
+
+    app = create_app(config)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url=base_url) as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client

@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 import cbor2
 import httpx
 import pytest
+from conftest import asgi_client
 
 from backends.block_hash import BlockHasher, external
 from gateway.config import load_config
-from gateway.edge.app import create_app
 from gateway.engine_config import engine_config
 
 LONG = " ".join(f"word{i} of the shared system prompt" for i in range(60))
@@ -25,16 +25,8 @@ def messages(question: str) -> list[dict[str, str]]:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(engine_config(load_config(), "spark", replicas=1))
-    ctx = app.router.lifespan_context(app)
-    await ctx.__aenter__()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://e")
-    client.app = app  # type: ignore[attr-defined]
-    try:
+    async with asgi_client(engine_config(load_config(), "spark", replicas=1), "http://e") as client:
         yield client
-    finally:
-        await client.aclose()
-        await ctx.__aexit__(None, None, None)
 
 
 def cache_of(client: httpx.AsyncClient):

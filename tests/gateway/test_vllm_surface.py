@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from conftest import asgi_client
 
 from backends.sleep import wake_seconds
 from backends.tokenizer import count_chat_prompt, count_tokens
@@ -22,16 +23,8 @@ USER = [{"role": "user", "content": TEXT}]
 
 @pytest.fixture
 async def engine() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(engine_config(load_config(), "spark"))
-    ctx = app.router.lifespan_context(app)
-    await ctx.__aenter__()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://e")
-    client.app = app  # type: ignore[attr-defined]
-    try:
+    async with asgi_client(engine_config(load_config(), "spark"), "http://e") as client:
         yield client
-    finally:
-        await client.aclose()
-        await ctx.__aexit__(None, None, None)
 
 
 async def model_of(client: httpx.AsyncClient) -> str:
