@@ -98,6 +98,7 @@ async def test_a_replica_that_fails_again_soon_is_out_of_routing_until_its_backo
     sup = driver.supervisor
     sup.max_backoff_s = 0.05  # the backoff's length is not what is tested here
     for n in (1, 2):
+        await until(lambda: r0.alive and r0.healthy)  # restarted at once (on a busy host: soon)
         first = driver.submit("spark", 50, 200).tag
         assert first.replica is r0  # the least loaded, first on ties
         boom_once(r0)
