@@ -90,3 +90,17 @@ def test_the_journal_over_http_is_owned_by_the_key(fastmode) -> None:
     body = httpx.get(url, params={"test_id": fastmode.test_id}).json()  # auth off: all
     assert [e["reply"]["text"] for e in body["data"]] == ['{"ok":true}']
     assert httpx.get(url).status_code == 400
+
+
+def test_a_scripted_reply_on_the_responses_stream_and_the_fast_tier(fastmode) -> None:
+    fastmode.reply(match=r"order (\d+)", tool_call={"name": "lookup", "arguments": {"id": r"\1"}})
+    tools = [{"type": "function", "name": "lookup",
+              "parameters": {"type": "object", "properties": {"id": {"type": "string"}}}}]
+    events = list(fastmode.openai().responses.create(
+        model="frontier", input="where is order 42?", tools=tools, stream=True,
+        service_tier="priority"))
+    done = events[-1].response
+    (call,) = [item for item in done.output if item.type == "function_call"]
+    assert (call.name, json.loads(call.arguments)) == ("lookup", {"id": "42"})
+    (entry,) = fastmode.requests
+    assert (entry.protocol, entry.tier, entry.scripted) == ("responses", "fast", True)
