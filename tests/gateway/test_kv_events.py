@@ -71,6 +71,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_pair() -> int:
+    """A port whose next one is free too (replica i of an engine binds the endpoint's port + i)."""
+    while True:
+        base = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", base + 1))
+            except OSError:
+                continue
+        return base
+
+
 class Router:
     """A subscriber's view of one engine: the blocks it holds, rebuilt from events."""
 
@@ -257,7 +269,7 @@ def test_wire_layout_and_ranks() -> None:
     from backends.config import KVEventsConfig
     from gateway.observe.kv_events import Publisher
 
-    base = free_port()
+    base = free_pair()
     cfg = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
                          endpoint=f"tcp://127.0.0.1:{base}")
     pubs = [Publisher(cfg, None, 0), Publisher(cfg, 1, 1)]
