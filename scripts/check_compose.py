@@ -252,6 +252,111 @@ def run_parser(compose: Path, require: bool) -> None:
         print(f"check_compose: {msg}; structural checks only")
 
 
+def check_dockerfile(dockerfile: Path, stages: dict[str, Stage], context: Path,
+                     ignore: list[str]) -> int:
+    """Every COPY source of every stage exists and is not excluded by .dockerignore; every
+    stage's CMD runs. Returns how many commands were checked."""
+    commands = 0
+    for stage in stages.values():
+        for src in stage.sources:
+            hits: list[Path | None] = [*context.glob(src)]
+            for hit in (hits or ([] if "*" in src else [None])):
+                if hit is None:
+                    problem(f"{dockerfile.name}: COPY {src}: no such file")
+                elif dockerignored(str(hit.relative_to(context)), ignore):
+                    problem(f"{dockerfile.name}: COPY {src}: excluded by .dockerignore")
+        if stage.cmd:
+            commands += 1
+            check_command(f"{dockerfile.name} stage {stage.name} CMD", stage.cmd, {},
+                          lineage(stages, stage.name))
+    return commands
+
+
+def service_mounts(where: str, svc: dict[str, Any], compose_path: Path) -> dict[str, Path]:
+    """A service's volumes, as {path in the container: path on the host}; a missing source is
+    a problem."""
+    mounts: dict[str, Path] = {}
+    for vol in svc.get("volumes") or []:
+        src, dst = (vol.split(":")[:2] if isinstance(vol, str)
+                    else (vol["source"], vol["target"]))
+        path = (compose_path.parent / src).resolve()
+        if not path.exists():
+            problem(f"{where}: volume source {src} does not exist")
+        mounts[dst] = path
+    return mounts
+
+
+def check_service_commands(where: str, svc: dict[str, Any], default: list[str],
+                           mounts: dict[str, Path], chain: list[Stage]) -> int:
+    """The service's command (or its image's CMD) and its healthcheck run. Returns how many
+    commands were checked."""
+    cmd = svc.get("command")
+    cmd = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd or []]
+    check_command(f"{where}.command", cmd or default, mounts, chain)
+    test = (svc.get("healthcheck") or {}).get("test")
+    if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
+        check_command(f"{where}.healthcheck", test[1:] if test[0] == "CMD"
+                      else shlex.split(test[1]), mounts, chain)
+        return 2
+    return 1
+
+
+def check_links(where: str, svc: dict[str, Any], services: dict[str, Any],
+                mounts: dict[str, Path]) -> None:
+    """What the service names of the others (depends_on, URLs in its environment and in the
+    remote tiers of a mounted TOML) exists."""
+    for dep in svc.get("depends_on") or []:
+        if dep not in services:
+            problem(f"{where}.depends_on: no service {dep!r}")
+    env = svc.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(e.split("=", 1) for e in env)
+    for key, value in env.items():
+        for url in re.findall(r"(?:https?|redis)://[^\s\"',]+", str(value)):
+            check_url(f"{where}.environment.{key}", url, services)
+    for dst, path in mounts.items():
+        if path.suffix == ".toml" and path.is_file():
+            raw = tomllib.loads(path.read_text())
+            for tier, tcfg in (raw.get("remote", {}).get("tiers", {})).items():
+                for url in tcfg.get("upstreams", []):
+                    m = re.fullmatch(r"\$\{[A-Za-z0-9_]+:-(.*)\}", url)
+                    check_url(f"{where}: {dst} remote.tiers.{tier}",
+                              m.group(1) if m else url, services)
+
+
+def check_service(name: str, svc: dict[str, Any], services: dict[str, Any], compose_path: Path,
+                  ignore: list[str], checked_files: set[Path]) -> int:
+    """One service: its build (Dockerfile, target, files), commands and links. Returns how
+    many commands were checked."""
+    where = f"services.{name}"
+    build = svc.get("build")
+    if not build and str(svc.get("image", "")).startswith(PULLED_IMAGES):
+        return check_pulled(where, svc)
+    if not build:
+        problem(f"{where}: no build section (the image would be pulled)")
+        return 0
+    build = {"context": build} if isinstance(build, str) else build
+    context = (compose_path.parent / build.get("context", ".")).resolve()
+    dockerfile = context / build.get("dockerfile", "Dockerfile")
+    if not dockerfile.is_file():
+        problem(f"{where}: {dockerfile} does not exist")
+        return 0
+    stages = parse_dockerfile(dockerfile)
+    target = build.get("target") or list(stages)[-1]
+    if target not in stages:
+        problem(f"{where}: build target {target!r} is not a stage of {dockerfile.name}")
+        return 0
+    chain = lineage(stages, target)
+    commands = 0
+    if dockerfile not in checked_files:
+        checked_files.add(dockerfile)
+        commands += check_dockerfile(dockerfile, stages, context, ignore)
+    mounts = service_mounts(where, svc, compose_path)
+    commands += check_service_commands(where, svc, stages[target].cmd, mounts, chain)
+    check_links(where, svc, services, mounts)
+    return commands
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--compose", default=str(ROOT / "docker-compose.yml"))
@@ -268,74 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     checked_files: set[Path] = set()
     commands = 0
     for name, svc in services.items():
-        where = f"services.{name}"
-        build = svc.get("build")
-        if not build and str(svc.get("image", "")).startswith(PULLED_IMAGES):
-            commands += check_pulled(where, svc)
-            continue
-        if not build:
-            problem(f"{where}: no build section (the image would be pulled)")
-            continue
-        build = {"context": build} if isinstance(build, str) else build
-        context = (compose_path.parent / build.get("context", ".")).resolve()
-        dockerfile = context / build.get("dockerfile", "Dockerfile")
-        if not dockerfile.is_file():
-            problem(f"{where}: {dockerfile} does not exist")
-            continue
-        stages = parse_dockerfile(dockerfile)
-        target = build.get("target") or list(stages)[-1]
-        if target not in stages:
-            problem(f"{where}: build target {target!r} is not a stage of {dockerfile.name}")
-            continue
-        chain = lineage(stages, target)
-        if dockerfile not in checked_files:
-            checked_files.add(dockerfile)
-            for stage in stages.values():
-                for src in stage.sources:
-                    for hit in (list(context.glob(src)) or ([] if "*" in src else [None])):
-                        if hit is None:
-                            problem(f"{dockerfile.name}: COPY {src}: no such file")
-                        elif dockerignored(str(hit.relative_to(context)), ignore):
-                            problem(f"{dockerfile.name}: COPY {src}: excluded by .dockerignore")
-                if stage.cmd:
-                    commands += 1
-                    check_command(f"{dockerfile.name} stage {stage.name} CMD", stage.cmd, {},
-                                  lineage(stages, stage.name))
-        mounts: dict[str, Path] = {}
-        for vol in svc.get("volumes") or []:
-            src, dst = (vol.split(":")[:2] if isinstance(vol, str)
-                        else (vol["source"], vol["target"]))
-            path = (compose_path.parent / src).resolve()
-            if not path.exists():
-                problem(f"{where}: volume source {src} does not exist")
-            mounts[dst] = path
-        cmd = svc.get("command")
-        cmd = shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd or []]
-        commands += 1
-        check_command(f"{where}.command", cmd or stages[target].cmd, mounts, chain)
-        test = (svc.get("healthcheck") or {}).get("test")
-        if isinstance(test, list) and test and test[0] in ("CMD", "CMD-SHELL"):
-            commands += 1
-            check_command(f"{where}.healthcheck", test[1:] if test[0] == "CMD"
-                          else shlex.split(test[1]), mounts, chain)
-        deps = svc.get("depends_on") or []
-        for dep in deps:
-            if dep not in services:
-                problem(f"{where}.depends_on: no service {dep!r}")
-        env = svc.get("environment") or {}
-        if isinstance(env, list):
-            env = dict(e.split("=", 1) for e in env)
-        for key, value in env.items():
-            for url in re.findall(r"(?:https?|redis)://[^\s\"',]+", str(value)):
-                check_url(f"{where}.environment.{key}", url, services)
-        for dst, path in mounts.items():
-            if path.suffix == ".toml" and path.is_file():
-                raw = tomllib.loads(path.read_text())
-                for tier, tcfg in (raw.get("remote", {}).get("tiers", {})).items():
-                    for url in tcfg.get("upstreams", []):
-                        m = re.fullmatch(r"\$\{[A-Za-z0-9_]+:-(.*)\}", url)
-                        check_url(f"{where}: {dst} remote.tiers.{tier}",
-                                  m.group(1) if m else url, services)
+        commands += check_service(name, svc, services, compose_path, ignore, checked_files)
     if "integration-tests" not in services:
         problem("services: no integration-tests service")
     for p in PROBLEMS:

@@ -164,6 +164,19 @@ class _Done(asyncio.Future[Any]):
         return super().cancel(msg)
 
 
+async def _finish_handed_over(done: _Done, cancel: asyncio.CancelledError) -> None:
+    """The turn's task was cancelled after the replica handed over a send that has to wait,
+    before the task ran again: it still finishes that send, with the cancellation thrown into
+    it (the caller then re-raises the cancellation)."""
+    if done.done() and not done.cancelled() and done.exception() is None:
+        pending = done.result()
+        if isinstance(pending, _Pending):
+            try:
+                await finish_send(pending.sender, pending.waiting, cancel)
+            except (asyncio.CancelledError, WriteFailed):
+                pass  # the send ended; the cancellation goes on
+
+
 async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float,
                   lead: Any = None) -> tuple[bool, Any]:
     """Stream in push mode until it ends (all tokens sent, a write that waits, the stream
@@ -230,15 +243,7 @@ async def pushing(turn: Pusher, stream: TokenStream, push: Push, max_lag: float,
     try:
         rest = await done
     except asyncio.CancelledError as cancel:
-        # cancelled after the replica handed over a send that has to wait, before this task
-        # ran again: it still finishes that send, with the cancellation thrown into it
-        if done.done() and not done.cancelled() and done.exception() is None:
-            pending = done.result()
-            if isinstance(pending, _Pending):
-                try:
-                    await finish_send(pending.sender, pending.waiting, cancel)
-                except (asyncio.CancelledError, WriteFailed):
-                    pass  # the send ended; the cancellation goes on
+        await _finish_handed_over(done, cancel)
         raise
     finally:
         stream.listen(None)

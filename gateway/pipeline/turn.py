@@ -252,14 +252,13 @@ class Turn:
         a batch whose first event was due longer than ``server.stream_max_lag_s`` ago ends the
         stream. This loop is the hot path: per batch of tokens (one event, or with
         ``stream_interval`` N one event of N tokens, when the reader keeps up) it does one
-        compare, one encoder call and one yield; nothing here is per token."""
+        compare, one encoder call and one yield; nothing here is per token (the rarer paths,
+        a wait, the first batch, a fault, the end, are in their own methods)."""
         job, enc = self.job, self.encoder
         assert job is not None and enc is not None
         stream = job.stream
         clock = self._clock()
-        # a reader's lag is in the engine's modeled seconds, the bound in wall seconds
-        scale = stream.replica.scale if isinstance(stream, TokenStream) else 1.0
-        max_lag = self.gateway.config.server.stream_max_lag_s / scale
+        max_lag = self._max_lag()
         enc.interval = interval = stream.interval  # the tier's stream_interval
         trace = self.trace  # None unless traced: one compare per event (gateway.tracing)
         try:
@@ -269,92 +268,56 @@ class Turn:
                 pending = opening
             else:
                 pending = None
-                if trace is not None:
-                    trace.event(None, monotonic(), 0)
+                self._mark(None, 0)
                 yield opening
-            take, ready = stream.take, stream.ready
+            take = stream.take
+            # a remote tier's stream is not pushed: its tokens come over the network
             engine = stream if isinstance(stream, TokenStream) else None
-            if engine is None:
-                push = None  # a remote tier's stream: its tokens come over the network
             while True:  # the engine's token stream itself, no iterator layer in between
                 n = take()
                 if not n:
-                    if (push is not None and engine is not None and self.stream_fault is None
-                            and self.abort is None):
-                        pushed, pending = await pushing(self, engine, push, max_lag, pending)
-                        if pushed:
-                            if self.abort is not None:
-                                break
-                            continue  # push mode ended: look at the stream again
-                    waiter = ready()
-                    if waiter is None:
+                    going, pending = await self._idle(engine, push, max_lag, pending)
+                    if not going:
                         break
-                    await waiter
                     continue
                 start = stream.delivered - n
                 now = clock()
-                if now - stream.since - self.paused > max_lag:  # `since` bounds the due time
-                    lag = now - stream.due_at(start, n) - self.paused
-                    if lag > max_lag:
-                        self.lagged(lag, max_lag)
-                        break
+                # `since` bounds the due time: the exact lag only when it may be over
+                if now - stream.since - self.paused > max_lag and self._behind(
+                        start, n, now, max_lag):
+                    break
                 fault = self.stream_fault
+                whole = fault is None or start + n < fault.after  # no fault inside this batch
                 if pending is not None:
-                    if fault is None or start + n < fault.after:  # one write with the tokens
-                        if trace is not None:
-                            sent = monotonic()
-                            trace.event(None, sent, 0)
-                            trace.event(stream.due_at(start, n), sent, n)
-                        yield pending + tokens(start, n)
+                    if whole:  # one write with the tokens
+                        yield self._first(pending, tokens, start, n)
                         pending = None
                         continue
-                    if trace is not None:
-                        trace.event(None, monotonic(), 0)
+                    self._mark(None, 0)
                     yield pending
                     pending = None
-                if fault is None or start + n < fault.after:
+                if whole:
                     if trace is not None:
                         trace.event(stream.due_at(start, n), monotonic(), n)
                     yield tokens(start, n)
                     continue
+                assert fault is not None
                 # the fault goes after the event holding its token (events stay whole)
                 head = max(0, min(n, -(-fault.after // interval) * interval - start))
                 if head:
-                    if trace is not None:
-                        trace.event(stream.due_at(start, head), monotonic(), head)
+                    self._mark(start, head)
                     yield tokens(start, head)
                 async for out in self._apply(fault, frame):
                     yield out
                 if self.cut or job.settled:
                     return
                 if n > head:
-                    if trace is not None:
-                        trace.event(stream.due_at(start + head, n - head), monotonic(),
-                                    n - head)
+                    self._mark(start + head, n - head)
                     yield tokens(start + head, n - head)
-            if pending is not None:  # no token came (an empty reply, or a cut)
-                if trace is not None:
-                    trace.event(None, monotonic(), 0)
-                yield pending
-            job.streamed()
-            if self.abort is not None and not job.finished:
-                yield frame(self._as_sent().failed(self.abort[0]))
-                self.settle_aborted()
-                return
-            if self.stream_fault is not None:  # asked for after the reply's last token
-                async for out in self._apply(self.stream_fault, frame):
-                    yield out
-                if self.cut or job.settled:
-                    return
-            self.complete()
-            self.closing = True  # the last events: the transport may end the body with them
-            if trace is not None:
-                trace.event(None, monotonic(), 0)
-            yield frame(enc.closing())
+            async for out in self._ending(frame, pending):
+                yield out
         except asyncio.CancelledError:
             self._as_sent()  # a cancelled websocket turn answers with the partial output
-            raise
-        except GeneratorExit:
             raise
         except WriteFailed as failed:  # a pushed write: the transport's own error
             self.write_error = failed.error
@@ -369,6 +332,83 @@ class Turn:
             self.settle_aborted()  # a no-op unless the consumer stopped early
             if trace is not None:
                 self.gateway.traces.keep(trace)
+
+    def _max_lag(self) -> float:
+        """``server.stream_max_lag_s`` on the stream's clock: a reader's lag is in the engine's
+        modeled seconds, the bound in wall seconds."""
+        stream = self.job.stream if self.job is not None else None
+        scale = stream.replica.scale if isinstance(stream, TokenStream) else 1.0
+        return self.gateway.config.server.stream_max_lag_s / scale
+
+    def _mark(self, start: int | None, n: int) -> None:
+        """Trace an event sent now: ``n`` tokens from ``start``, or (None, 0) an event of no
+        tokens (opening, closing). A no-op unless traced; not used on the hot path."""
+        trace, job = self.trace, self.job
+        if trace is None or job is None:
+            return
+        if start is None:
+            trace.event(None, monotonic(), 0)
+        else:
+            trace.event(job.stream.due_at(start, n), monotonic(), n)
+
+    def _first(self, pending: Any, tokens: Callable[[int, int], Any], start: int, n: int) -> Any:
+        """The held opening and the first batch of tokens, as one write."""
+        trace, job = self.trace, self.job
+        if trace is not None and job is not None:
+            sent = monotonic()
+            trace.event(None, sent, 0)
+            trace.event(job.stream.due_at(start, n), sent, n)
+        return pending + tokens(start, n)
+
+    def _behind(self, start: int, n: int, now: float, max_lag: float) -> bool:
+        """The batch ``start .. start + n`` was first due more than ``max_lag`` ago: the reader
+        lags and the stream ends (``lagged``)."""
+        assert self.job is not None
+        lag = now - self.job.stream.due_at(start, n) - self.paused
+        if lag > max_lag:
+            self.lagged(lag, max_lag)
+            return True
+        return False
+
+    async def _idle(self, engine: TokenStream | None, push: Push | None, max_lag: float,
+                    pending: Any) -> tuple[bool, Any]:
+        """No tokens are due: stream in push mode if it can be (an engine's stream, no fault
+        pending, not ending), else wait for the next. (False, ...) once the stream is over or
+        ending; ``pending``: the opening if it is still to be sent."""
+        if (push is not None and engine is not None and self.stream_fault is None
+                and self.abort is None):
+            pushed, pending = await pushing(self, engine, push, max_lag, pending)
+            if pushed:  # push mode ended: look at the stream again, unless it is ending
+                return self.abort is None, pending
+        assert self.job is not None
+        waiter = self.job.stream.ready()
+        if waiter is None:
+            return False, pending
+        await waiter
+        return True, pending
+
+    async def _ending(self, frame: Callable[[Frames], Any], pending: Any) -> AsyncIterator[Any]:
+        """After the last token: the opening if no token came, then the abort's error event, a
+        fault asked for after the reply's last token, or the closing events."""
+        job, enc = self.job, self.encoder
+        assert job is not None and enc is not None
+        if pending is not None:  # no token came (an empty reply, or a cut)
+            self._mark(None, 0)
+            yield pending
+        job.streamed()
+        if self.abort is not None and not job.finished:
+            yield frame(self._as_sent().failed(self.abort[0]))
+            self.settle_aborted()
+            return
+        if self.stream_fault is not None:  # asked for after the reply's last token
+            async for out in self._apply(self.stream_fault, frame):
+                yield out
+            if self.cut or job.settled:
+                return
+        self.complete()
+        self.closing = True  # the last events: the transport may end the body with them
+        self._mark(None, 0)
+        yield frame(enc.closing())
 
     def _as_sent(self) -> Encoder:
         """The encoder in the state of what was sent. One that encoded ahead of the stream
