@@ -33,7 +33,7 @@ from ..observe import replica_health, vllm_metrics
 from ..observe.host_lag import HostLag
 from ..observe.kv_events import KVEvents
 from ..pipeline.admission import Gateway
-from ..pipeline.turn import internal_error
+from ..pipeline.turn_errors import internal_error
 from ..protocols.anthropic_messages import count_tokens
 from ..remote import RemoteTiers
 from ..state import StateBackend

@@ -16,7 +16,7 @@ import asyncio
 import logging
 
 from ..pipeline.admission import Gateway
-from ..pipeline.turn import lagging
+from ..pipeline.turn_errors import lagging
 from ..state import CUT
 
 log = logging.getLogger("fastmode.watchdog")

@@ -7,13 +7,11 @@ Every protocol (``gateway.protocols``) and both transports run the same code:
     any APIError before the first byte ─► the protocol's error response (and a ledger row)
     any failure after it ─► the protocol's error event, logged; settlement exactly once
 
-``Turn.start`` is where faults (``gateway.faults``) meet every protocol: status faults and
-``timeout`` before admission, the mid-stream kinds in ``_events``. A turn in flight is in
-``gateway.turns``, where the stalled-reader watchdog (``gateway.edge.watchdog``) and a graceful
-shutdown (``gateway.edge.shutdown``) find it and end it with ``abort`` — the job is cancelled, the
-token loop ends and the stream closes with the protocol's error event. ``gateway.edge.turn_http``
-wraps it for HTTP; ``gateway.websocket`` for the websocket.
-"""
+``Turn.start`` is where faults (``gateway.faults``) meet every protocol (status faults and
+``timeout`` before admission, the mid-stream kinds in ``_events``). The watchdog and a graceful
+shutdown (``gateway.edge``) find a turn in ``gateway.turns`` and end it with ``abort``: the job
+is cancelled and the stream closes with the protocol's error event. ``gateway.edge.turn_http``
+wraps it for HTTP, ``gateway.websocket`` for the websocket."""
 
 from __future__ import annotations
 
@@ -42,26 +40,13 @@ from .job import Job
 from .push import Push, WriteFailed, pushing
 from .request import TurnRequest
 from .tickets import ClientGone
+from .turn_errors import MALFORMED_BODY, MALFORMED_EVENT, drain, internal_error, lagging
 
 log = logging.getLogger("fastmode.turn")
-
-# the event type a `malformed` fault breaks, per protocol (the SDKs parse these)
-MALFORMED_EVENT = {"responses": "response.output_text.delta", "messages": "content_block_delta"}
-MALFORMED_BODY = b'{"fastmode_fault": "malformed", "delta": "\\u12'
 
 
 def _same(frames: Frames) -> Frames:
     return frames
-
-
-def internal_error(exc: BaseException) -> APIError:
-    return APIError(500, f"Internal error: {type(exc).__name__}", code="internal_error")
-
-
-def lagging(lag: float, bound: float) -> APIError:
-    return APIError(408, f"The client read the stream {lag:.1f} s behind the model, more than "
-                    f"the {bound:g} s the server keeps; the stream was cut.",
-                    code="stream_reader_too_slow", type="timeout_error")
 
 
 class Turn:
@@ -252,8 +237,8 @@ class Turn:
         a batch whose first event was due longer than ``server.stream_max_lag_s`` ago ends the
         stream. This loop is the hot path: per batch of tokens (one event, or with
         ``stream_interval`` N one event of N tokens, when the reader keeps up) it does one
-        compare, one encoder call and one yield; nothing here is per token (the rarer paths,
-        a wait, the first batch, a fault, the end, are in their own methods)."""
+        compare, one encoder call and one yield; nothing here is per token (waits, the first
+        batch, faults, the end: in methods of their own)."""
         job, enc = self.job, self.encoder
         assert job is not None and enc is not None
         stream = job.stream
@@ -334,15 +319,13 @@ class Turn:
                 self.gateway.traces.keep(trace)
 
     def _max_lag(self) -> float:
-        """``server.stream_max_lag_s`` on the stream's clock: a reader's lag is in the engine's
-        modeled seconds, the bound in wall seconds."""
+        """``server.stream_max_lag_s`` (wall seconds) on the stream's clock (modeled seconds)."""
         stream = self.job.stream if self.job is not None else None
         scale = stream.replica.scale if isinstance(stream, TokenStream) else 1.0
         return self.gateway.config.server.stream_max_lag_s / scale
 
     def _mark(self, start: int | None, n: int) -> None:
-        """Trace an event sent now: ``n`` tokens from ``start``, or (None, 0) an event of no
-        tokens (opening, closing). A no-op unless traced; not used on the hot path."""
+        """Trace an event sent now: ``n`` tokens from ``start``, or (None, 0) none."""
         trace, job = self.trace, self.job
         if trace is None or job is None:
             return
@@ -361,8 +344,7 @@ class Turn:
         return pending + tokens(start, n)
 
     def _behind(self, start: int, n: int, now: float, max_lag: float) -> bool:
-        """The batch ``start .. start + n`` was first due more than ``max_lag`` ago: the reader
-        lags and the stream ends (``lagged``)."""
+        """The batch ``start .. start + n`` was due over ``max_lag`` ago: the stream ends."""
         assert self.job is not None
         lag = now - self.job.stream.due_at(start, n) - self.paused
         if lag > max_lag:
@@ -372,9 +354,8 @@ class Turn:
 
     async def _idle(self, engine: TokenStream | None, push: Push | None, max_lag: float,
                     pending: Any) -> tuple[bool, Any]:
-        """No tokens are due: stream in push mode if it can be (an engine's stream, no fault
-        pending, not ending), else wait for the next. (False, ...) once the stream is over or
-        ending; ``pending``: the opening if it is still to be sent."""
+        """No tokens are due: push mode if it can be (an engine's stream, no fault pending, not
+        ending), else wait. (False, ...) once over or ending; ``pending``: the opening unsent."""
         if (push is not None and engine is not None and self.stream_fault is None
                 and self.abort is None):
             pushed, pending = await pushing(self, engine, push, max_lag, pending)
@@ -388,8 +369,8 @@ class Turn:
         return True, pending
 
     async def _ending(self, frame: Callable[[Frames], Any], pending: Any) -> AsyncIterator[Any]:
-        """After the last token: the opening if no token came, then the abort's error event, a
-        fault asked for after the reply's last token, or the closing events."""
+        """After the last token: the opening if unsent, then the abort's error, a fault after the
+        reply's last token, or the closing events."""
         job, enc = self.job, self.encoder
         assert job is not None and enc is not None
         if pending is not None:  # no token came (an empty reply, or a cut)
@@ -465,20 +446,5 @@ class Turn:
 
     async def wait(self, disconnected: Callable[[], Awaitable[None]]) -> bool:
         """Drain the job's tokens; False if ``disconnected`` returned first (job cancelled)."""
-        job = self.job
-        assert job is not None
-
-        async def drain() -> None:
-            async for _ in job.tokens():
-                pass
-
-        drain_task = asyncio.ensure_future(drain())
-        watch = asyncio.ensure_future(disconnected())
-        try:
-            done, _ = await asyncio.wait({drain_task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
-            if not drain_task.done():
-                drain_task.cancel()
-                job.cancel()
-        return drain_task in done and not drain_task.cancelled()
+        assert self.job is not None
+        return await drain(self.job, disconnected)

@@ -27,7 +27,8 @@ from ..errors import APIError, bad_request
 from ..observe.rejections import told
 from ..pipeline.admission import Gateway
 from ..pipeline.job import Job
-from ..pipeline.turn import Turn, internal_error
+from ..pipeline.turn import Turn
+from ..pipeline.turn_errors import internal_error
 from ..protocols import RESPONSES, RequestContext
 from ..protocols.events import Frames
 from ..protocols.openai_responses import ResponsesRequest
