@@ -170,7 +170,7 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
             "server's is computed that way; the tokens' own gaps have p99 "
             f"{1000 * tokens.get('p99', 0.0):.2f} ms")
     _tool_counts(server, pairs, mine)
-    _tool_clock(server, pairs, run.percentiles)
+    _tool_clock(server, pairs, run.percentiles, run.tpot)
     clients = {m: overhead.client_times(m, pairs) for m in ("ttft", "e2e")}
     for metric, stats in run.metrics.items():
         variants = server.get(metric)
@@ -245,14 +245,27 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
 
 
 def _tool_clock(server: dict[str, dict[str, dict[str, float]]],
-                pairs: list[tuple[ToolRequest, Truth]], method: str) -> None:
-    """The TPOT with the first token's wait in it, from the *tool's* start clock (guidellm's
-    definition: its clock's early start is in it too)."""
-    per = [(t.last_token - r.start) / t.output_tokens for r, t in pairs
-           if r.start is not None and t.last_token is not None and t.output_tokens]
-    if per and "tpot" in server:
-        server["tpot"]["(last token - the tool's start) / N, TTFT included"] = _summarize(
-            per, method)
+                pairs: list[tuple[ToolRequest, Truth]], method: str, definition: str) -> None:
+    """The TPOT with the first token's wait in it, from the *tool's* start clock: guidellm's
+    definition, ``(last token - request start) / N`` with its own ``request_start``, each
+    request's value weighted by its N tokens. For a tool that defines TPOT so
+    (``ToolRun.tpot == "from-start"``) it is the right figure and the gaps' TPOT a variant;
+    for the others, a variant that names the mistake."""
+    counted = [((t.last_token - r.start) / t.output_tokens, t.output_tokens) for r, t in pairs
+               if r.start is not None and t.last_token is not None and t.output_tokens]
+    if not counted or "tpot" not in server:
+        return
+    name = "(last token - the tool's start) / N, TTFT included"
+    if definition != "from-start":
+        server["tpot"][name] = _summarize([v for v, _ in counted], method)
+        return
+    weighted = [v for v, n in counted for _ in range(n)]
+    gaps = server["tpot"].pop("right")
+    server["tpot"] = {"right": _summarize(weighted, method),
+                      "(last - first token) / (N - 1): the TTFT left out": gaps,
+                      f"{name}, one value per request (not weighted by N)":
+                      _summarize([v for v, _ in counted], method),
+                      **server["tpot"]}
 
 
 def _why(metric: str, stat: str, value: float, variants: dict[str, dict[str, float]],

@@ -43,6 +43,11 @@ class ToolRun:
     # ``request`` (one mean per request: aiperf), ``request-per-token`` (each request's mean
     # once per token: guidellm)
     itl: str = "token"
+    # what the tool's TPOT is, by its own definition: ``gaps`` (last − first token over N − 1:
+    # vLLM, aiperf, inference-perf) or ``from-start`` ((last token − the tool's own request
+    # start) / N, TTFT included, its distribution weighted by N: guidellm's
+    # ``time_per_output_token_ms``)
+    tpot: str = "gaps"
     # metric -> the reason the tool's own file gives for a figure that differs from the server's
     # (a convention ``verify`` cannot recompute from the traces)
     hints: dict[str, str] = field(default_factory=dict)
