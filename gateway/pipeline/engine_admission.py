@@ -140,7 +140,7 @@ class EngineAdmission:
             stream.watch = gen.reasoning_tokens  # keep its time: reasoning_time
         self.jobs.add(job)
         if scope is not None:
-            scope.journal.append((job, request, scripted))
+            scope.note(job, request, scripted)
         return job
 
     def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:

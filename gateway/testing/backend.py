@@ -46,7 +46,7 @@ class PerTest:
             if rec is not None and cassette.replay is not None:
                 job = cassette.replay.serve(ticket, rec)  # (timing "none": not the engine's)
                 if scope is not None:
-                    scope.journal.append((job, ticket.request, False))
+                    scope.note(job, ticket.request, False)
                 return job
             if cassette.recorder is None:  # replay only: the file must hold it
                 raise cassette.miss(wire)
@@ -58,5 +58,5 @@ class PerTest:
             if reply is not None:
                 return self.engine.admit_now(ticket, reply=reply, scripted=True)
         job = await self.inner.admit(ticket)
-        scope.journal.append((job, ticket.request, False))
+        scope.note(job, ticket.request, False)
         return job

@@ -109,7 +109,7 @@ def journal(tests: TestScopes, test_id: str, who: Caller) -> list[dict[str, Any]
     scope = tests.get(test_id)
     if scope is None:
         return []
-    return [entry(job, request, scripted) for job, request, scripted in scope.journal
+    return [entry(job, request, scripted, at) for job, request, scripted, at in scope.journal
             if who.may_see(job.principal.id if job.principal is not None else None)]
 
 
