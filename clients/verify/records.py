@@ -29,6 +29,7 @@ class ToolRequest:
     output_tokens: int | None = None
     response_id: str | None = None  # the id in the response body, if the tool keeps it
     connect: float | None = None  # the part of its clock spent connecting, if it says
+    token_times: list[float] | None = None  # when it read each output token (its clock)
 
 
 @dataclass
@@ -48,6 +49,9 @@ class ToolRun:
     # start) / N, TTFT included, its distribution weighted by N: guidellm's
     # ``time_per_output_token_ms``)
     tpot: str = "gaps"
+    # the clock of ``ToolRequest.start`` and ``token_times``: ``unix`` (``time.time``), or
+    # ``monotonic`` (its own origin: ``clock.align`` puts it on the server's)
+    clock: str = "unix"
     # metric -> the reason the tool's own file gives for a figure that differs from the server's
     # (a convention ``verify`` cannot recompute from the traces)
     hints: dict[str, str] = field(default_factory=dict)

@@ -199,3 +199,34 @@ def test_guidellm_with_a_tpot_that_leaves_out_the_first_token_fails(tmp_path: Pa
     assert all("TTFT left out" in r.why for r in off), [r.why for r in off]
     assert main(["verify", str(tmp_path), "--traces", str(base / "traces.jsonl")]) == 1
 
+
+
+def test_inference_perf_at_16_streams_with_the_exported_tokenizer_passes() -> None:
+    """A real inference-perf 0.7 run (Completions, 16 streams, ``tokenizer`` the folder
+    ``fastmode tokenizer`` writes): its monotonic clock put on the server's, TTFT and E2E are
+    the server's plus the client's measured time, its ITL tail is its own reading of each
+    token, and the command exits 0."""
+    base = FIX / "inference-perf-c16"
+    v = compare(read(str(base)), load(str(base / "traces.jsonl")))
+    assert v.joined == 32
+    assert v.ok, [(r.metric, r.stat, r.why) for r in v.rows if not r.ok]
+    assert any("clock is monotonic: put on the server's" in f for f in v.findings)
+    rows = {(r.metric, r.stat): r for r in v.rows}
+    assert rows[("ttft", "p50")].client is not None and rows[("ttft", "p50")].client > 0
+    assert main(["verify", str(base), "--traces", str(base / "traces.jsonl")]) == 0
+
+
+def test_inference_perf_with_per_request_means_as_its_itl_fails(tmp_path: Path) -> None:
+    """The same run with its ITL distribution replaced by its TPOT's (one mean per request,
+    which hides the tokens' tail): off at the tail, named for it."""
+    base = FIX / "inference-perf-c16"
+    doc = json.loads((base / "summary_lifecycle_metrics.json").read_text())
+    lat = doc["successes"]["latency"]
+    lat["inter_token_latency"] = lat["time_per_output_token"]
+    (tmp_path / "summary_lifecycle_metrics.json").write_text(json.dumps(doc))
+    shutil.copy(base / "per_request_lifecycle_metrics.json", tmp_path)
+    v = compare(read(str(tmp_path)), load(str(base / "traces.jsonl")))
+    off = {(r.metric, r.stat): r for r in v.rows if not r.ok}
+    assert ("itl", "p99") in off, [(r.metric, r.stat, r.why) for r in v.rows]
+    assert off[("itl", "p99")].why == "matches the server's per-request means (TPOT)"
+    assert main(["verify", str(tmp_path), "--traces", str(base / "traces.jsonl")]) == 1
