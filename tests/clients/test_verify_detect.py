@@ -230,3 +230,22 @@ def test_inference_perf_with_per_request_means_as_its_itl_fails(tmp_path: Path) 
     assert ("itl", "p99") in off, [(r.metric, r.stat, r.why) for r in v.rows]
     assert off[("itl", "p99")].why == "matches the server's per-request means (TPOT)"
     assert main(["verify", str(tmp_path), "--traces", str(base / "traces.jsonl")]) == 1
+
+
+@pytest.mark.parametrize(("folder", "protocol"), [("guidellm-responses", "responses"),
+                                                  ("inference-perf-messages", "messages")])
+def test_responses_and_messages_runs_join_and_pass(folder: str, protocol: str) -> None:
+    """Real runs on the other protocols the tools speak: guidellm 0.8.1 with
+    ``request_format=/v1/responses`` and inference-perf 0.7 with ``api.type:
+    anthropic_messages`` (its mock data: the only offline source it has for Messages), 8
+    requests at 4 streams. Each joins by the body's id (``resp_…``, ``msg_…``) among traces of
+    both runs, and passes."""
+    base = FIX / folder
+    truths = load(str(base / "traces.jsonl"))
+    run = read(str(base))
+    v = compare(run, truths)
+    assert v.joined == 8 and v.requests_server > 8
+    by_id = {t.response_id: t for t in truths}
+    assert {by_id[r.response_id].protocol for r in run.requests} == {protocol}
+    assert v.ok, [(r.metric, r.stat, r.why) for r in v.rows if not r.ok]
+    assert main(["verify", str(base), "--traces", str(base / "traces.jsonl")]) == 0
