@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,11 +62,13 @@ class Call:
 class FastmodeTest:
     """The ``fastmode`` fixture: this test's replies, faults, clients and journal."""
 
-    def __init__(self, server: Server, test_id: str) -> None:
+    def __init__(self, server: Server, test_id: str, root: Path | None = None) -> None:
         self.server = server
         self.test_id = test_id
         self.url = server.url
+        self.root = root or Path.cwd()  # where a relative cassette path is (the test's folder)
         self._admin = {"authorization": f"Bearer {server.admin_key}"}
+        self._misses_seen = 0
 
     def _post(self, what: str, body: dict[str, Any]) -> dict[str, Any]:
         import httpx
@@ -73,7 +76,8 @@ class FastmodeTest:
         r = httpx.post(f"{self.url}/admin/tests/{self.test_id}/{what}", json=body,
                        headers=self._admin, timeout=10)
         if r.status_code != 201:
-            raise ValueError(f"fastmode.{what[:-1] if what == 'replies' else 'fail'}: "
+            name = {"replies": "reply", "faults": "fail"}.get(what, what)
+            raise ValueError(f"fastmode.{name}: "
                              f"{r.json().get('error', {}).get('message', r.text)}")
         result: dict[str, Any] = r.json()
         return result
@@ -101,6 +105,27 @@ class FastmodeTest:
             if value is not None:
                 body[name] = value
         self._post("faults", body)
+
+    def cassette(self, path: str | os.PathLike[str], mode: str = "once") -> Path:
+        """Record this test's exchanges to ``path`` (a ``.jsonl`` cassette, relative to the
+        test's folder) or replay them from it. ``mode``: ``record`` (written anew),
+        ``replay`` (only from the file: a request it does not hold gets a 404
+        ``cassette_miss`` and fails the test), ``once`` (replay if the file has exchanges,
+        else record), ``new_episodes`` (replay what it holds, record the rest). Returns the
+        file's path."""
+        full = Path(path) if Path(path).is_absolute() else self.root / path
+        self._post("cassette", {"path": str(full), "mode": mode})
+        return full
+
+    @property
+    def cassette_misses(self) -> list[str]:
+        """Why each request this test's cassette did not hold was refused. Misses the test
+        has not read here fail it at its end, even when the code under test caught the 404;
+        the ones read are the test's to judge."""
+        cassette = self._state().get("cassette") or {}
+        misses = list(cassette.get("misses") or [])
+        self._misses_seen = len(misses)
+        return misses
 
     @property
     def headers(self) -> dict[str, str]:
@@ -167,8 +192,25 @@ def fastmode(fastmode_server: Server, request: pytest.FixtureRequest) -> Iterato
     """This test's view of the session's gateway (see ``FastmodeTest``)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     digest = hashlib.sha256(f"{worker}:{request.node.nodeid}".encode()).hexdigest()[:24]
-    test = FastmodeTest(fastmode_server, f"t-{digest}")
+    test = FastmodeTest(fastmode_server, f"t-{digest}", request.path.parent)
     yield test
     import httpx
 
+    report = getattr(request.node, "_fastmode_call", None)
+    seen = test._misses_seen
+    misses = test.cassette_misses[seen:] if report is not None and report.passed else []
+
     httpx.delete(f"{test.url}/admin/tests/{test.test_id}", headers=test._admin, timeout=10)
+    if misses:  # the code under test swallowed the 404: the test still fails, saying why
+        pytest.fail(f"fastmode cassette: {len(misses)} request(s) not in the cassette: "
+                    f"{misses[0]}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """The call's outcome, for the ``fastmode`` fixture's end (a cassette's misses)."""
+    report = yield
+    if call.when == "call":
+        item._fastmode_call = report  # type: ignore[attr-defined]
+    return report

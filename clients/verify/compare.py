@@ -18,7 +18,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import overhead
+from . import clock, overhead
 from .records import ToolRequest, ToolRun
 from .truth import Truth
 
@@ -49,6 +49,9 @@ def _summarize(xs: list[float], method: str = "linear") -> dict[str, float]:
     out = {f"p{q}": percentile(xs, q, method) for q in (50, 90, 99)}
     return {**{k: v for k, v in out.items() if v is not None}, "mean": statistics.fmean(xs)}
 
+
+_READ_GAPS = ("its gaps as it read each token, every one after the server sent it: "
+              "the reading's jitter")
 
 ITL_OVER = {"token": "per token", "request": "per-request means (TPOT)",
             "request-per-token": "each request's mean once per token"}
@@ -169,9 +172,15 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
             f"ITL: {run.tool}'s distribution is {ITL_OVER[run.itl]} (its definition), so the "
             "server's is computed that way; the tokens' own gaps have p99 "
             f"{1000 * tokens.get('p99', 0.0):.2f} ms")
+    if run.clock == "monotonic":
+        pairs, note = clock.align(pairs)
+        if note:
+            v.findings.append(f"{run.tool}: {note}")
     _tool_counts(server, pairs, mine)
-    _tool_clock(server, pairs, run.percentiles)
+    if run.clock != "monotonic":  # (a start clock of its own origin is not comparable)
+        _tool_clock(server, pairs, run.percentiles, run.tpot)
     clients = {m: overhead.client_times(m, pairs) for m in ("ttft", "e2e")}
+    gaps = clock.read_gaps(pairs) if run.itl == "token" else None
     for metric, stats in run.metrics.items():
         variants = server.get(metric)
         if not variants:
@@ -182,6 +191,8 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
         times = clients.get(metric) or []
         seen = _summarize(overhead.as_the_client_sees(times), run.percentiles) \
             if times and len(times) == len(pairs) else {}
+        if metric == "itl" and gaps:  # each token's gap as the tool read it
+            seen = _summarize(gaps, run.percentiles)
         for stat, value in stats.items():
             truth = variants["right"].get(stat)
             if truth is None:
@@ -193,7 +204,7 @@ def compare(run: ToolRun, truths: list[Truth], rel: float = 0.02,
             if not row.ok and stat in seen and _close(value, seen[stat], rel, tol):
                 row.ok = not strict
                 row.why = (f"the client's own {1000 * row.client:+.2f} ms "  # type: ignore[operator]
-                           f"({overhead.summary(times)})")
+                           f"({overhead.summary(times) if times else _READ_GAPS})")
             elif not row.ok:
                 row.why = _why(metric, stat, value, variants, rel, tol) or _shifted(
                     metric, stat, value, variants, rel, tol, overhead.before(times)) or \
@@ -245,14 +256,27 @@ def _tool_counts(server: dict[str, dict[str, dict[str, float]]],
 
 
 def _tool_clock(server: dict[str, dict[str, dict[str, float]]],
-                pairs: list[tuple[ToolRequest, Truth]], method: str) -> None:
-    """The TPOT with the first token's wait in it, from the *tool's* start clock (guidellm's
-    definition: its clock's early start is in it too)."""
-    per = [(t.last_token - r.start) / t.output_tokens for r, t in pairs
-           if r.start is not None and t.last_token is not None and t.output_tokens]
-    if per and "tpot" in server:
-        server["tpot"]["(last token - the tool's start) / N, TTFT included"] = _summarize(
-            per, method)
+                pairs: list[tuple[ToolRequest, Truth]], method: str, definition: str) -> None:
+    """The TPOT with the first token's wait in it, from the *tool's* start clock: guidellm's
+    definition, ``(last token - request start) / N`` with its own ``request_start``, each
+    request's value weighted by its N tokens. For a tool that defines TPOT so
+    (``ToolRun.tpot == "from-start"``) it is the right figure and the gaps' TPOT a variant;
+    for the others, a variant that names the mistake."""
+    counted = [((t.last_token - r.start) / t.output_tokens, t.output_tokens) for r, t in pairs
+               if r.start is not None and t.last_token is not None and t.output_tokens]
+    if not counted or "tpot" not in server:
+        return
+    name = "(last token - the tool's start) / N, TTFT included"
+    if definition != "from-start":
+        server["tpot"][name] = _summarize([v for v, _ in counted], method)
+        return
+    weighted = [v for v, n in counted for _ in range(n)]
+    gaps = server["tpot"].pop("right")
+    server["tpot"] = {"right": _summarize(weighted, method),
+                      "(last - first token) / (N - 1): the TTFT left out": gaps,
+                      f"{name}, one value per request (not weighted by N)":
+                      _summarize([v for v, _ in counted], method),
+                      **server["tpot"]}
 
 
 def _why(metric: str, stat: str, value: float, variants: dict[str, dict[str, float]],

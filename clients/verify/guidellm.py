@@ -31,7 +31,8 @@ def _dist(d: dict[str, Any] | None, scale: float) -> dict[str, float]:
 
 
 def read(path: Path, doc: dict[str, Any], index: int = 0) -> ToolRun:
-    run = ToolRun("guidellm", str(path), percentiles="nearest", itl="request-per-token")
+    run = ToolRun("guidellm", str(path), percentiles="nearest", itl="request-per-token",
+                  tpot="from-start")
     bench = doc["benchmarks"][index]
     metrics = bench.get("metrics", {})
     for ours, theirs in _METRICS.items():

@@ -22,7 +22,7 @@ def is_summary(doc: Any) -> bool:
 
 def read(path: Path, doc: dict[str, Any]) -> ToolRun:
     """``successes.latency.*`` in seconds; the per-request file beside it, when present."""
-    run = ToolRun("inference-perf", str(path))
+    run = ToolRun("inference-perf", str(path), clock="monotonic")
     ok = doc.get("successes") or {}
     if not ok.get("count"):
         raise Unreadable(f"{path}: inference-perf's report has no successful request")
@@ -52,11 +52,19 @@ def read(path: Path, doc: dict[str, Any]) -> ToolRun:
 
 
 def _request(r: dict[str, Any]) -> ToolRequest:
-    """One per-request record: its clock is monotonic (no Unix start); the body's id is read
-    from the response it kept, the output tokens are its own count."""
+    """One per-request record: its clock is monotonic (``time.perf_counter``: no Unix start,
+    ``clock.align`` places it); the body's id is read from the response it kept, the output
+    tokens are its own count, and ``output_token_times`` its reading of each token (the first
+    is its TTFT's end)."""
     found = _ID.search(r.get("response") or "")
-    out = number(((r.get("info") or {}).get("response_metrics") or {}).get("output_tokens"))
+    metrics = (r.get("info") or {}).get("response_metrics") or {}
+    out = number(metrics.get("output_tokens"))
     start, end = number(r.get("start_time")), number(r.get("end_time"))
-    return ToolRequest(None, None, None,
+    raw = metrics.get("output_token_times")
+    times = [float(x) for x in raw] if isinstance(raw, list) and raw and all(
+        number(x) is not None for x in raw) else None
+    ttft = times[0] - start if times is not None and start is not None else None
+    return ToolRequest(None, start, ttft,
                        None if start is None or end is None else end - start, None,
-                       None if out is None else int(out), found.group(1) if found else None)
+                       None if out is None else int(out), found.group(1) if found else None,
+                       token_times=times)

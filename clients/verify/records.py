@@ -29,6 +29,7 @@ class ToolRequest:
     output_tokens: int | None = None
     response_id: str | None = None  # the id in the response body, if the tool keeps it
     connect: float | None = None  # the part of its clock spent connecting, if it says
+    token_times: list[float] | None = None  # when it read each output token (its clock)
 
 
 @dataclass
@@ -43,6 +44,14 @@ class ToolRun:
     # ``request`` (one mean per request: aiperf), ``request-per-token`` (each request's mean
     # once per token: guidellm)
     itl: str = "token"
+    # what the tool's TPOT is, by its own definition: ``gaps`` (last − first token over N − 1:
+    # vLLM, aiperf, inference-perf) or ``from-start`` ((last token − the tool's own request
+    # start) / N, TTFT included, its distribution weighted by N: guidellm's
+    # ``time_per_output_token_ms``)
+    tpot: str = "gaps"
+    # the clock of ``ToolRequest.start`` and ``token_times``: ``unix`` (``time.time``), or
+    # ``monotonic`` (its own origin: ``clock.align`` puts it on the server's)
+    clock: str = "unix"
     # metric -> the reason the tool's own file gives for a figure that differs from the server's
     # (a convention ``verify`` cannot recompute from the traces)
     hints: dict[str, str] = field(default_factory=dict)

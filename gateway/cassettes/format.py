@@ -114,7 +114,10 @@ def dumps(entry: dict[str, Any]) -> bytes:
 
 
 def files(directory: str | Path) -> list[Path]:
-    """The cassette files of a directory, in name order (the order entries are numbered)."""
+    """The cassette files of a directory, in name order (the order entries are numbered); a
+    file: itself (one test's cassette, ``gateway.testing.cassette``)."""
+    if Path(directory).is_file():
+        return [Path(directory)]
     return sorted(p for p in Path(directory).glob("*.jsonl") if p.is_file())
 
 

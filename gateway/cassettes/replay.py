@@ -70,6 +70,10 @@ class ReplayAdmission:
                 raise APIError(404, "No recorded exchange matches this request.",
                                code="cassette_miss")
             raise self.library.miss(wire)
+        return self.serve(ticket, rec)
+
+    def serve(self, ticket: Ticket, rec: Recording) -> Job:
+        """The job of a recording found for the ticket, paced as ``timing`` says."""
         timing = self.config.timing
         if timing == "modeled":
             return self._modeled(ticket, rec, ticket.tier)

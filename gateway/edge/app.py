@@ -42,6 +42,7 @@ from ..stored import ledger
 from ..stored.ids import new_id
 from ..stored.response_store import ResponseStore
 from ..testing import routes as test_api
+from ..testing.backend import PerTest
 from ..websocket import add_routes as add_websocket_routes
 from . import health, netem
 from .lane import Endpoint, Lane
@@ -116,6 +117,10 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
     # --record / --replay (gateway.cassettes): replaying, every tier's backend is the replay's
     gateway.cassettes = cassettes.install(config, gateway.engine, gateway.spec.tiers,
                                           gateway.backends)
+    if config.admin.enabled and gateway.cassettes is not None:  # the pytest plugin's tests
+        gateway.backends.update({name: PerTest(gateway.backend(tier), gateway.engine,
+                                               gateway.tests, gateway.cassettes.tests)
+                                 for name, tier in gateway.spec.tiers.items()})
     watchdog = Watchdog(gateway)
     shutdown = Shutdown(gateway)
     health_of_replicas = replica_health.ReplicaHealth(gateway)
@@ -165,7 +170,8 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         admin.add_routes(app, gateway)
     if config.server.engine:
         vllm_api.add_routes(app, gateway)  # /tokenize, /sleep, ... (an engine's vLLM surface)
-    test_api.add_routes(app, gateway.tests, config.admin.enabled)  # the pytest plugin's
+    test_api.add_routes(app, gateway.tests, config.admin.enabled,
+                        gateway.cassettes.tests if gateway.cassettes is not None else None)  # the pytest plugin's
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -92,16 +92,17 @@ class EngineAdmission:
     async def admit(self, ticket: Ticket) -> Job:
         return self.admit_now(ticket)
 
-    def admit_now(self, ticket: Ticket, reply: Generation | None = None) -> Job:
+    def admit_now(self, ticket: Ticket, reply: Generation | None = None,
+                  scripted: bool = False) -> Job:
         """The reply generated and queued (no await: an in-process admission never waits).
-        ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``) to queue
+        ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``; a test's
+        scripted one for a remote tier, ``scripted``: ``gateway.testing.backend``) to queue
         instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
         if self.sleep.asleep:
             raise APIError(503, "The engine is sleeping (POST /wake_up wakes it).",
                            code="engine_sleeping")
         scope = self.tests.get(ticket.decision.test_id) if self.tests is not None else None
-        scripted = False
         if reply is None and scope is not None:
             r = request.generation
             reply = scope.scripted(r.messages, ticket.cap, tuple(r.stop))
@@ -139,7 +140,7 @@ class EngineAdmission:
             stream.watch = gen.reasoning_tokens  # keep its time: reasoning_time
         self.jobs.add(job)
         if scope is not None:
-            scope.journal.append((job, request, scripted))
+            scope.note(job, request, scripted)
         return job
 
     def generate(self, request: TurnRequest, tier: Tier, cap: int) -> Generation:

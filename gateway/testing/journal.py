@@ -22,13 +22,14 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-def entry(job: Any, request: Any, scripted: bool) -> dict[str, Any]:
+def entry(job: Any, request: Any, scripted: bool, at: float) -> dict[str, Any]:
     gen, r = job.gen, request.generation
     calls = [{"id": c.id, "name": c.name, "arguments": orjson.loads(c.arguments)
               if c.arguments.strip().startswith("{") else c.arguments}
              for c in getattr(gen, "tool_calls", ())]
     return {
         "id": job.id,
+        "at": at,  # Unix time admitted (the order of a journal gathered from workers)
         "protocol": job.protocol,
         "transport": job.transport,
         "model": job.model,

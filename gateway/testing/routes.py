@@ -6,7 +6,9 @@ Admin (``[admin]`` key, like ``/admin/faults``):
   "arguments"} | "json", "times"}`` — a scripted reply for that test (first match wins);
 - ``POST /admin/tests/{test_id}/faults`` ``{"kind", "times", "after", "s", "tier", "model"}`` —
   a fault its next ``times`` matching requests get, counted (no probability);
-- ``GET /admin/tests/{test_id}`` — its replies (with their uses), faults and journal;
+- ``POST /admin/tests/{test_id}/cassette`` ``{"path", "mode"}`` — its exchanges recorded to, or
+  replayed from, a cassette file (``gateway.testing.cassette``);
+- ``GET /admin/tests/{test_id}`` — its replies (with their uses), faults, journal and cassette;
 - ``DELETE /admin/tests/{test_id}`` — forget it.
 
 Any key: ``GET /v1/fastmode/journal?test_id=ID`` — that test's requests made with the caller's
@@ -23,11 +25,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..cassettes.library import CassetteError
 from ..errors import APIError, bad_request
 from ..faults.spec import Fault
 from ..pipeline.fault_kinds import Kind
 from ..protocols.base import parse_json
 from ..stored.ownership import Caller, caller
+from .cassette import MODES, TestCassettes
 from .journal import entry
 from .scopes import CountedFault, ReplyRule, TestScopes
 
@@ -54,6 +58,11 @@ class ReplyBody(_Strict):
         if sum(given) != 1:
             raise ValueError("exactly one of text, tool_call or json")
         return self
+
+
+class CassetteBody(_Strict):
+    path: str = Field(min_length=1, max_length=4096)
+    mode: str = "once"
 
 
 class FaultBody(_Strict):
@@ -100,11 +109,12 @@ def journal(tests: TestScopes, test_id: str, who: Caller) -> list[dict[str, Any]
     scope = tests.get(test_id)
     if scope is None:
         return []
-    return [entry(job, request, scripted) for job, request, scripted in scope.journal
+    return [entry(job, request, scripted, at) for job, request, scripted, at in scope.journal
             if who.may_see(job.principal.id if job.principal is not None else None)]
 
 
-def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
+def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
+               cassettes: TestCassettes | None = None) -> None:
     def check(request: Request) -> None:
         if not request.app.state.gateway.is_admin(request.headers):
             raise APIError(401, "The admin API needs `Authorization: Bearer <admin key>`.",
@@ -132,6 +142,25 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
         tests.open(request.path_params["test_id"]).faults.append(CountedFault(fault, body.times))
         return _json({**fault.as_dict(), "times": body.times}, 201)
 
+    async def add_cassette(request: Request) -> Response:
+        test_id = request.path_params["test_id"]
+        try:
+            check(request)
+            body = _parse(CassetteBody, await request.body())
+            if body.mode not in MODES:
+                raise bad_request(f"Invalid value for 'mode': {body.mode!r}; expected one of "
+                                  f"{', '.join(MODES)}.", param="mode")
+            if cassettes is None:
+                raise bad_request("Cassettes need the admin API on.", param="path")
+            try:
+                cassette = cassettes.open(test_id, body.path, body.mode)
+            except (CassetteError, OSError) as exc:
+                raise bad_request(str(exc), param="path") from None
+        except APIError as exc:
+            return _error(exc)
+        tests.open(test_id)  # a journal for the test (replayed requests are in it too)
+        return _json(cassette.as_dict(), 201)
+
     async def show(request: Request) -> Response:
         try:
             check(request)
@@ -139,14 +168,17 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
             return _error(exc)
         test_id = request.path_params["test_id"]
         scope = tests.get(test_id)
+        cassette = cassettes.get(test_id) if cassettes is not None else None
         if scope is None:
-            return _json({"test_id": test_id, "replies": [], "faults": [], "journal": []})
+            return _json({"test_id": test_id, "replies": [], "faults": [], "journal": [],
+                          "cassette": cassette.as_dict() if cassette is not None else None})
         return _json({
             "test_id": test_id,
             "replies": [r.as_dict() for r in scope.replies],
             "faults": [{**f.fault.as_dict(), "times": f.times, "used": f.used}
                        for f in scope.faults],
             "journal": journal(tests, test_id, Caller(None, sees_all=True)),
+            "cassette": cassette.as_dict() if cassette is not None else None,
         })
 
     async def forget(request: Request) -> Response:
@@ -154,7 +186,9 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
             check(request)
         except APIError as exc:
             return _error(exc)
-        return _json({"deleted": tests.clear(request.path_params["test_id"])})
+        test_id = request.path_params["test_id"]
+        had = cassettes.clear(test_id) if cassettes is not None else False
+        return _json({"deleted": tests.clear(test_id) or had})
 
     async def public_journal(request: Request) -> Response:
         gateway = request.app.state.gateway
@@ -170,6 +204,7 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool) -> None:
     if admin:
         app.add_api_route("/admin/tests/{test_id}/replies", add_reply, methods=["POST"])
         app.add_api_route("/admin/tests/{test_id}/faults", add_fault, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}/cassette", add_cassette, methods=["POST"])
         app.add_api_route("/admin/tests/{test_id}", show, methods=["GET"])
         app.add_api_route("/admin/tests/{test_id}", forget, methods=["DELETE"])
     for prefix in ("/v1", "/fast/v1"):

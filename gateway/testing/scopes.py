@@ -10,6 +10,7 @@ uses left wins. A tool call's string arguments may use the match's groups (``\\1
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from backends.mockmodel.request import Generation, ToolCall, message_text
 from backends.mockmodel.toolcalls import dumps
 
 from ..faults.spec import Fault
+from .claims import Claims
 
 MAX_TESTS = 10_000  # scopes kept at once (a plugin clears each test's at its end)
 
@@ -82,23 +84,39 @@ class CountedFault:
 class TestScope:
     replies: list[ReplyRule] = field(default_factory=list)
     faults: list[CountedFault] = field(default_factory=list)
-    # (job, request, scripted) of the test's admitted requests, in admission order
+    # (job, request, scripted, admitted at: Unix time) of the test's admitted requests
     journal: list[Any] = field(default_factory=list)
     calls: int = 0
+    test_id: str = ""
+    claims: Claims | None = None  # uses counted across worker processes (``claims``)
+
+    def note(self, job: Any, request: Any, scripted: bool) -> None:
+        """One admitted request, for the journal."""
+        self.journal.append((job, request, scripted, time.time()))
+
+    def _claimed(self, name: str, times: int | None) -> bool:
+        return times is None or self.claims is None or self.claims.take(self.test_id, name,
+                                                                         times)
 
     def scripted(self, messages: Any, cap: int | None, stop: tuple[str, ...]
                  ) -> Generation | None:
         last = messages[-1] if messages else None
         text = message_text(last) if last is not None else ""
-        for rule in self.replies:
+        for i, rule in enumerate(self.replies):
             if rule.left and (found := rule.pattern.search(text)) is not None:
+                if not self._claimed(f"reply:{i}", rule.times):
+                    rule.used = rule.times or rule.used  # another worker used the last
+                    continue
                 self.calls += 1
                 return rule.reply(found, cap, stop, self.calls)
         return None
 
     def fault(self, tier: str, key: str, model: str) -> Fault | None:
-        for counted in self.faults:
+        for i, counted in enumerate(self.faults):
             if counted.used < counted.times and counted.fault.matches(tier, key, model):
+                if not self._claimed(f"fault:{i}", counted.times):
+                    counted.used = counted.times
+                    continue
                 counted.used += 1
                 return counted.fault
         return None
@@ -109,6 +127,7 @@ class TestScopes:
 
     def __init__(self) -> None:
         self.scopes: dict[str, TestScope] = {}
+        self.claims: Claims | None = None  # set by a worker of ``--workers``
 
     def get(self, test_id: str) -> TestScope | None:
         return self.scopes.get(test_id) if test_id else None
@@ -118,8 +137,10 @@ class TestScopes:
         if scope is None:
             if len(self.scopes) >= MAX_TESTS:
                 self.scopes.pop(next(iter(self.scopes)))  # the oldest test's
-            scope = self.scopes[test_id] = TestScope()
+            scope = self.scopes[test_id] = TestScope(test_id=test_id, claims=self.claims)
         return scope
 
     def clear(self, test_id: str) -> bool:
+        if self.claims is not None:
+            self.claims.clear(test_id)
         return self.scopes.pop(test_id, None) is not None

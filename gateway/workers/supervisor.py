@@ -15,7 +15,8 @@
   visible to the other workers once flushed, within ``flush_interval_s``; keys with limits need
   Redis, see ``partition``).
 - ``/metrics`` gathers every worker's metrics (``aggregate``); each worker also listens on a
-  private unix socket for that.
+  private unix socket for that. The pytest plugin's per-test API goes to every worker and reads
+  from all of them the same way (``tests``).
 - The supervisor forwards SIGTERM / SIGINT to the workers (each drains as a single gateway
   does), restarts a worker that dies (at most once per ``RESTART_GAP_S``), and exits when all
   have stopped.
@@ -102,17 +103,22 @@ def _worker(config_json: str, index: int, sockets: list[str], host: str, port: i
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
     watch_parent()
     from ..edge.app import create_app
+    from ..testing.claims import Claims
     from .aggregate import WorkerMetrics
     from .server import serve
+    from .tests import WorkerTests
 
     config = Config.model_validate_json(config_json)
     app = create_app(config)
+    # the pytest plugin's tests: uses counted once for every worker (gateway.workers.tests)
+    app.state.gateway.tests.claims = Claims(Path(sockets[0]).parent / "tests.sqlite3")
     public = reuseport_socket(host, port)
     private = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sockets[index])
     private.bind(sockets[index])
-    serve(WorkerMetrics(app, sockets), config, [public, private], log_level, inner=app)
+    serve(WorkerMetrics(WorkerTests(app, sockets), sockets), config, [public, private],
+          log_level, inner=app)
 
 
 class Supervisor:
