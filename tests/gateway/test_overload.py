@@ -272,3 +272,42 @@ def test_a_websocket_reader_that_stops_reading_is_cut_and_its_slot_freed(
             time.sleep(0.05)
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("waiting", [0, 6, 30])
+def test_the_modeled_wait_is_what_the_request_then_waits(waiting: int) -> None:
+    """The wait a refusal states (steps played forward x the replica's step time) against the
+    wait the same request then has on the clock-free scheduler, stepped to its admission: the
+    steps agree within 2% (the model plays each waiting prompt's prefill on its own; the engine
+    packs several into one step's token budget) and the seconds within the spread of the step
+    times on the way (a step's time moves with its batch)."""
+    fast = build(load_config().sim()).deployments["fast"]
+    sched = Scheduler(fast.placement, replace(fast.limits, max_batch=16, max_waiting=64),
+                      replace(fast.background, seqs=8))
+    for i in range(8):  # the batch full: 8 of the clients' beside 8 of the other tenants'
+        assert sched.submit(new_sequence(200, 40 + 10 * i, 0.0))
+    now, steps = 0.0, []
+    result = sched.step(now)
+    assert result is not None
+    now = result.end
+    steps.append(result.end - result.start)
+    for i in range(waiting):
+        assert sched.submit(new_sequence(200, 30 + 7 * i, now))
+    model = QueueModel()
+    wait_steps, _ = model.wait_steps(sched)
+    stated = wait_steps * steps[-1]
+    seq = new_sequence(200, 20, now)
+    assert sched.submit(seq)
+    arrived, taken = now, 0
+    while seq.admitted_at < 0:
+        result = sched.step(now)
+        assert result is not None and taken < 10_000
+        now = result.end
+        steps.append(result.end - result.start)
+        taken += 1
+    # admitted in the step after the ones it waited (the step that plans it)
+    assert abs((taken - 1) - wait_steps) <= max(1, 0.02 * wait_steps)
+    waited = seq.admitted_at - arrived
+    lo, hi = min(steps[:taken]), max(steps[:taken])
+    assert (taken - 1) * lo - 1e-9 <= waited <= (taken - 1) * hi + 1e-9
+    assert stated == pytest.approx(waited, rel=max(0.02, hi / lo - 1), abs=hi)
