@@ -113,25 +113,30 @@ def journal(tests: TestScopes, test_id: str, who: Caller) -> list[dict[str, Any]
             if who.may_see(job.principal.id if job.principal is not None else None)]
 
 
-def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
-               cassettes: TestCassettes | None = None) -> None:
+class _Routes:
+    """The per-test routes' handlers over one gateway's test scopes and cassettes."""
+
+    def __init__(self, tests: TestScopes, cassettes: TestCassettes | None) -> None:
+        self.tests, self.cassettes = tests, cassettes
+
+    @staticmethod
     def check(request: Request) -> None:
         if not request.app.state.gateway.is_admin(request.headers):
             raise APIError(401, "The admin API needs `Authorization: Bearer <admin key>`.",
                            code="invalid_admin_key")
 
-    async def add_reply(request: Request) -> Response:
+    async def add_reply(self, request: Request) -> Response:
         try:
-            check(request)
+            self.check(request)
             rule = _reply_rule(_parse(ReplyBody, await request.body()))
         except APIError as exc:
             return _error(exc)
-        tests.open(request.path_params["test_id"]).replies.append(rule)
+        self.tests.open(request.path_params["test_id"]).replies.append(rule)
         return _json(rule.as_dict(), 201)
 
-    async def add_fault(request: Request) -> Response:
+    async def add_fault(self, request: Request) -> Response:
         try:
-            check(request)
+            self.check(request)
             body = _parse(FaultBody, await request.body())
             if body.tier is not None and body.tier not in request.app.state.gateway.spec.tiers:
                 raise bad_request(f"Invalid value for 'tier': unknown tier {body.tier!r}.",
@@ -139,36 +144,36 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
         except APIError as exc:
             return _error(exc)
         fault = Fault(body.kind, 1.0, body.after, body.s, "test", body.tier, None, body.model)
-        tests.open(request.path_params["test_id"]).faults.append(CountedFault(fault, body.times))
+        self.tests.open(request.path_params["test_id"]).faults.append(CountedFault(fault, body.times))
         return _json({**fault.as_dict(), "times": body.times}, 201)
 
-    async def add_cassette(request: Request) -> Response:
+    async def add_cassette(self, request: Request) -> Response:
         test_id = request.path_params["test_id"]
         try:
-            check(request)
+            self.check(request)
             body = _parse(CassetteBody, await request.body())
             if body.mode not in MODES:
                 raise bad_request(f"Invalid value for 'mode': {body.mode!r}; expected one of "
                                   f"{', '.join(MODES)}.", param="mode")
-            if cassettes is None:
+            if self.cassettes is None:
                 raise bad_request("Cassettes need the admin API on.", param="path")
             try:
-                cassette = cassettes.open(test_id, body.path, body.mode)
+                cassette = self.cassettes.open(test_id, body.path, body.mode)
             except (CassetteError, OSError) as exc:
                 raise bad_request(str(exc), param="path") from None
         except APIError as exc:
             return _error(exc)
-        tests.open(test_id)  # a journal for the test (replayed requests are in it too)
+        self.tests.open(test_id)  # a journal for the test (replayed requests are in it too)
         return _json(cassette.as_dict(), 201)
 
-    async def show(request: Request) -> Response:
+    async def show(self, request: Request) -> Response:
         try:
-            check(request)
+            self.check(request)
         except APIError as exc:
             return _error(exc)
         test_id = request.path_params["test_id"]
-        scope = tests.get(test_id)
-        cassette = cassettes.get(test_id) if cassettes is not None else None
+        scope = self.tests.get(test_id)
+        cassette = self.cassettes.get(test_id) if self.cassettes is not None else None
         if scope is None:
             return _json({"test_id": test_id, "replies": [], "faults": [], "journal": [],
                           "cassette": cassette.as_dict() if cassette is not None else None})
@@ -177,20 +182,20 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
             "replies": [r.as_dict() for r in scope.replies],
             "faults": [{**f.fault.as_dict(), "times": f.times, "used": f.used}
                        for f in scope.faults],
-            "journal": journal(tests, test_id, Caller(None, sees_all=True)),
+            "journal": journal(self.tests, test_id, Caller(None, sees_all=True)),
             "cassette": cassette.as_dict() if cassette is not None else None,
         })
 
-    async def forget(request: Request) -> Response:
+    async def forget(self, request: Request) -> Response:
         try:
-            check(request)
+            self.check(request)
         except APIError as exc:
             return _error(exc)
         test_id = request.path_params["test_id"]
-        had = cassettes.clear(test_id) if cassettes is not None else False
-        return _json({"deleted": tests.clear(test_id) or had})
+        had = self.cassettes.clear(test_id) if self.cassettes is not None else False
+        return _json({"deleted": self.tests.clear(test_id) or had})
 
-    async def public_journal(request: Request) -> Response:
+    async def public_journal(self, request: Request) -> Response:
         gateway = request.app.state.gateway
         try:
             who = caller(gateway.auth, request.headers, admin=gateway.is_admin(request.headers))
@@ -199,13 +204,18 @@ def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
                 raise bad_request("Missing required parameter: 'test_id'.", param="test_id")
         except APIError as exc:
             return _error(exc)
-        return _json({"object": "list", "data": journal(tests, test_id, who)})
+        return _json({"object": "list", "data": journal(self.tests, test_id, who)})
 
+
+
+def add_routes(app: FastAPI, tests: TestScopes, admin: bool,
+               cassettes: TestCassettes | None = None) -> None:
+    routes = _Routes(tests, cassettes)
     if admin:
-        app.add_api_route("/admin/tests/{test_id}/replies", add_reply, methods=["POST"])
-        app.add_api_route("/admin/tests/{test_id}/faults", add_fault, methods=["POST"])
-        app.add_api_route("/admin/tests/{test_id}/cassette", add_cassette, methods=["POST"])
-        app.add_api_route("/admin/tests/{test_id}", show, methods=["GET"])
-        app.add_api_route("/admin/tests/{test_id}", forget, methods=["DELETE"])
+        app.add_api_route("/admin/tests/{test_id}/replies", routes.add_reply, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}/faults", routes.add_fault, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}/cassette", routes.add_cassette, methods=["POST"])
+        app.add_api_route("/admin/tests/{test_id}", routes.show, methods=["GET"])
+        app.add_api_route("/admin/tests/{test_id}", routes.forget, methods=["DELETE"])
     for prefix in ("/v1", "/fast/v1"):
-        app.add_api_route(prefix + "/fastmode/journal", public_journal, methods=["GET"])
+        app.add_api_route(prefix + "/fastmode/journal", routes.public_journal, methods=["GET"])
