@@ -2,7 +2,7 @@
 
 ``spec`` defines the kinds and parses ``x-fastmode-fault``; ``injector`` decides (seeded) which
 fault a request gets and renders status faults as errors; the turn pipeline (``gateway.pipeline.turn``)
-applies them, once for every protocol and both transports. See docs/reliability.md.
+applies them, once for every protocol and both transports. See docs/faults.md.
 """
 
 from ..pipeline.fault_kinds import KINDS, STATUS_ANSWERS, STATUS_KINDS, STREAM_KINDS, Kind

@@ -68,7 +68,7 @@ ENDINGS = (COMPLETED, CANCELLED, CUT, FAILED, REJECTED, SHUTDOWN)
 
 @dataclass
 class UsageRow:
-    """One request in the ledger. Token counts are what was billed (see docs/reliability.md)."""
+    """One request in the ledger. Token counts are what was billed (see docs/tenants.md)."""
 
     request_id: str
     ts: float  # unix time when the request was settled

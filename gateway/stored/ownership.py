@@ -1,4 +1,4 @@
-"""Who owns what is stored, and who may see it (the tenancy model, docs/reliability.md).
+"""Who owns what is stored, and who may see it (the tenancy model, docs/tenants.md).
 
 With ``[auth]`` on, everything the gateway keeps for a client — a stored response, its input
 items, the conversation a ``previous_response_id`` continues, a websocket connection's recent
