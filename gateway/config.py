@@ -103,7 +103,7 @@ class StateConfig(Strict):
     # pooled connection); an outage then fails requests fast instead of holding them
     timeout_s: float = Field(0.25, gt=0, le=5.0)
     # Redis unavailable: a key with a limit is refused 503 (false) or served without its
-    # limit being counted (true). docs/deployment.md, "When Redis fails"
+    # limit being counted (true). docs/shared-state.md, "When Redis fails"
     limits_fail_open: bool = False
     # Redis unavailable: stored objects and ledger rows wait in memory until it is back; past
     # this many, new requests get 503 (nothing the client was told about is dropped)
