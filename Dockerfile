@@ -1,6 +1,6 @@
 # fastmode image: the gateway (`fastmode serve`) and the engines (`fastmode engine`) run from the
 # same `runtime` image; `test` adds the integration suite and its client libraries on top.
-# Used by docker-compose.yml; see docs/deployment.md.
+# Used by docker-compose.yml; see docs/compose.md.
 
 # -- build: a wheel of the project (sources never reach the runtime image) ---------------------
 FROM python:3.11-slim AS build
