@@ -4,7 +4,7 @@
 its next request when the previous one finished) on continuous batching with chunked prefill, as
 vLLM / TensorRT-LLM / SGLang run it; ``static_batch`` is a batch that starts and ends together.
 Both are steady states built from ``Placement.step``: no clock, no scheduler. See
-docs/performance-model.md ("What a benchmark measures") for the equations and their sources.
+docs/serving.md ("What a benchmark measures") for the equations and their sources.
 """
 
 from __future__ import annotations
