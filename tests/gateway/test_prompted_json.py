@@ -1,7 +1,7 @@
 """JSON asked for in the prompt, end to end: LangChain's ``json_mode`` and the
 prompts instructor and pydantic-ai send, over Chat, Responses and Messages with the official
 SDKs. (instructor 1.17 and pydantic-ai 2.38 themselves were run against a server in a scratch
-venv: every mode validated; see docs/agent-features.md.)"""
+venv: every mode validated; see docs/structured-outputs.md.)"""
 
 from __future__ import annotations
 
