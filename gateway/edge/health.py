@@ -54,13 +54,16 @@ def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:
             continue
         sched = replica.scheduler
         waiting = len(sched.waiting)
+        others = sched.queued_elsewhere  # the other tenants' requests queue for it too
         free = sched.limits.max_batch - sched.background.seqs - sched.running
         wait = gateway.modeled_wait(sched)
-        entry: dict[str, Any] = {"ready": True, "waiting": waiting, "queue_wait_s": round(wait, 3)}
+        entry: dict[str, Any] = {"ready": True, "waiting": waiting, "waiting_others": others,
+                                 "queue_wait_s": round(wait, 3)}
         if down:
             entry["unhealthy_replicas"] = down
-        if waiting >= sched.limits.max_waiting + max(0, free):
-            entry.update(ready=False, reason="queue full")
+        if waiting + others >= sched.limits.max_waiting + max(0, free):
+            entry.update(ready=False, reason=f"queue full ({waiting} of ours, {others} of the "
+                         "other tenants')")
         elif wait > server.max_queue_wait_s:
             entry.update(ready=False, reason=f"modeled queue wait {wait:.1f} s over the bound")
         out[name] = entry

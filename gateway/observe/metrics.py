@@ -137,6 +137,10 @@ class _ReplicaCollector:
         waiting = GaugeMetricFamily(
             "fastmode_replica_waiting", "Sequences in the waiting queue", labels=labels
         )
+        others = GaugeMetricFamily(
+            "fastmode_replica_waiting_others",
+            "The other tenants' requests in the waiting queue (modeled)", labels=labels
+        )
         kv = GaugeMetricFamily(
             "fastmode_replica_kv_used_ratio", "Share of KV-cache capacity in use", labels=labels
         )
@@ -161,6 +165,7 @@ class _ReplicaCollector:
             users.add_metric(lab, sched.running)
             batch.add_metric(lab, sched.running + sched.background.seqs)
             waiting.add_metric(lab, len(sched.waiting))
+            others.add_metric(lab, sched.queued_elsewhere)
             kv.add_metric(lab, sched.kv_used_tokens / sched.kv_capacity)
             if sched.cache is not None:
                 st = sched.cache.stats
@@ -171,5 +176,6 @@ class _ReplicaCollector:
         yield batch
         yield users
         yield waiting
+        yield others
         yield kv
         yield from (cached, queries, hits, evicted)

@@ -215,7 +215,7 @@ class Gateway:
         self.metrics.rejections.labels(reason, tier).inc()
         if ticket.role.busy == "retry_later":  # flex answers 429 when busy
             return busy(ticket.role, max(refused.retry_s, server.retry_after_s))
-        return overflow.overloaded(server, refused.retry_s, refused.wait_s)
+        return overflow.overloaded(server, refused.retry_s, refused.wait_s, refused.queue)
 
     # -- settlement -----------------------------------------------------------------------
 

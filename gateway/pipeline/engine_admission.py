@@ -184,7 +184,8 @@ class EngineAdmission:
             return dep.submit(prompt, output, cached, prefix, tier.priority, replica)
         except Overloaded:
             self.queues.forget(sched)
-            raise Refused(overflow.until_slot_frees(dep)) from None
+            raise Refused(overflow.until_slot_frees(dep),
+                          queue=(len(sched.waiting), sched.queued_elsewhere)) from None
         except TooLarge:
             raise APIError(
                 400,

@@ -103,11 +103,19 @@ def fast_full(tier: str, server: ServerConfig, retry_s: float | None = None) -> 
 
 
 def overloaded(server: ServerConfig, retry_s: float | None = None,
-               wait_s: float | None = None) -> APIError:
+               wait_s: float | None = None, queue: tuple[int, int] | None = None) -> APIError:
+    """The refusal in words: which bound, and for a full queue who holds its places (the other
+    tenants queue for the same engine, so their requests can fill it while ours are few)."""
     status = server.overload_status
-    why = ("the engine's waiting queue is full" if wait_s is None else
-           f"the modeled wait in the queue is {wait_s:.1f} s, over the "
-           f"{server.max_queue_wait_s:g} s bound")
+    if wait_s is not None:
+        why = (f"the modeled wait in the queue is {wait_s:.1f} s, over the "
+               f"{server.max_queue_wait_s:g} s bound")
+    elif queue is not None:
+        ours, others = queue
+        why = (f"the engine's waiting queue is full ({ours} of this gateway's requests and "
+               f"{others} of the other tenants' wait)")
+    else:
+        why = "the engine's waiting queue is full"
     return APIError(
         status,
         f"The server is overloaded: {why}. Retry shortly.",

@@ -51,15 +51,18 @@ class Refused(Exception):
     """The tier's pool cannot take the request now.
 
     ``retry_s``: when the backend modeled a retry would succeed; ``wait_s``: the modeled queue
-    wait, when that was the reason; ``error``: the backend's own answer (an upstream's 429 or
+    wait, when that was the reason; ``queue``: who holds a full queue's places (this gateway's
+    requests, the other tenants' — modeled, ``backends.tenants``), when that was; ``error``: the backend's own answer (an upstream's 429 or
     503), passed on as it is when the policy has nowhere else to go."""
 
     def __init__(self, retry_s: float, wait_s: float | None = None,
-                 error: APIError | None = None) -> None:
+                 error: APIError | None = None, queue: tuple[int, int] | None = None) -> None:
         super().__init__("refused")
         self.retry_s = retry_s
         self.wait_s = wait_s
         self.error = error
+        # a full queue's places: (the gateway's requests, the other tenants' requests)
+        self.queue = queue
 
 
 class ClientGone(Exception):

@@ -311,3 +311,26 @@ def test_the_modeled_wait_is_what_the_request_then_waits(waiting: int) -> None:
     lo, hi = min(steps[:taken]), max(steps[:taken])
     assert (taken - 1) * lo - 1e-9 <= waited <= (taken - 1) * hi + 1e-9
     assert stated == pytest.approx(waited, rel=max(0.02, hi / lo - 1), abs=hi)
+
+
+async def test_a_queue_the_other_tenants_fill_is_named_in_the_refusal_and_readiness(
+        small_app) -> None:
+    """The other tenants queue for the same engine: when their requests hold the waiting
+    queue's places, the 503 says so in numbers, and ``/readyz`` and the metrics count them."""
+    gateway = small_app.state.gateway
+    sched = next(iter(gateway.deployments.values())).replicas[0].scheduler
+    free = sched.limits.max_batch - sched.background.seqs - sched.running
+    # as backends.tenants publishes it: their requests hold every place, the free slots' too
+    sched.queued_elsewhere = sched.limits.max_waiting + free
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=small_app),
+                                 base_url="http://t") as c:
+        r = await c.post("/v1/chat/completions",
+                         json={"model": "frontier", "messages": USER, "max_tokens": 5})
+        ready = (await c.get("/readyz")).json()["tiers"]["standard"]
+        metrics = (await c.get("/metrics")).text
+    assert r.status_code == 503
+    assert "(0 of this gateway's requests and 10 of the other tenants' wait)" in (
+        r.json()["error"]["message"])
+    assert ready["ready"] is False and ready["waiting_others"] == 10
+    assert ready["reason"] == "queue full (0 of ours, 10 of the other tenants')"
+    assert 'fastmode_replica_waiting_others{deployment="std",replica="std-0"} 10.0' in metrics
