@@ -15,6 +15,15 @@ code path) to the other. The rows, all Chat Completions SSE on the spark tier (~
 - ``lone``: one user on the built-in config, ``--lone`` requests of 300 tokens in a row on
   ``/fast/v1`` then on ``/v1``: tokens/s p10..p90 (fastmode only: the modeled speed itself).
 
+What it runs on (``--config``): ``built-in`` (the default) is the config a user gets from
+``make serve`` — two spark replicas, the other tenants at half the batch, the proportional
+fleet — and every reply is the mock model's own prose (``ignore_eos`` holds each stream to
+``--tokens``); only ``stream_interval`` is set for the interval-8 row. ``bench`` is the second
+column that isolates the gateway: one spark replica with room for thousands of streams, the
+other tenants at 1%, a static fleet and a scripted reply (``gateway_overhead.bench_config``).
+On the built-in config more streams than the engine's free slots wait in its queue: each
+stream's rate is still judged against its own modeled times.
+
 fastmode's rates are against the model's own pace: ``time_info`` without the host lag the
 replica slipped by (``completion_host_lag_time``, docs/streaming.md), so a host that could not
 keep up shows as a slower stream; the ``host lag`` column is what ``fastmode_host_lag_seconds``
@@ -32,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,13 +57,18 @@ from bench.harness import (
     pin_self,
     start_pinned,
     stop,
+    toml_dumps,
     wait_healthy,
 )
 from bench.stream_client import PROTOCOLS, Proto, capture, chat_final, stream, user_messages
 
 PY = sys.executable
-PROMPT = "fastmode-bench: stream the scripted reply"
-CHAT = PROTOCOLS["chat"]
+PROMPT = "fastmode-bench: stream the scripted reply"  # scripted on the bench config only
+# the mock model's prose held to the asked length (the built-in config scripts nothing)
+CHAT = Proto("Chat SSE", "/v1/chat/completions", False, PROTOCOLS["chat"].marker,
+             lambda p, n: {**PROTOCOLS["chat"].body(p, n), "ignore_eos": True},
+             PROTOCOLS["chat"].final)
+CONFIGS = ("built-in", "bench")
 ROWS = ("steady", "burst", "interval8", "requests", "lone")
 TIERS = ("spark", "fast", "standard")
 
@@ -166,11 +181,28 @@ def serve(cfg: Path | None, core: int | None, tmp: Path) -> tuple[Any, Server]:
     return proc, Server("fastmode", port, proc.pid, None)
 
 
+def builtin_config(interval: int, tmp: Path) -> Path | None:
+    """The built-in config as ``make serve`` runs it (``None``), or with ``stream_interval``
+    on the spark tier and nothing else changed."""
+    if interval == 1:
+        return None
+    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    cfg["tiers"]["spark"]["stream_interval"] = interval
+    path = tmp / f"built-in-{interval}.toml"
+    path.write_text(toml_dumps(cfg))
+    return path
+
+
 async def pair(interval: int, reply: str, tokens: int, core: int | None, tmp: Path,
-               procs: list[Any]) -> tuple[Server, Server]:
-    """fastmode at ``interval`` and the bare app replaying its recorded streams."""
-    cfg = tmp / f"bench-{interval}.toml"
-    cfg.write_text(bench_config(interval, reply))
+               procs: list[Any], config: str = "built-in") -> tuple[Server, Server]:
+    """fastmode at ``interval`` on ``config`` and the bare app replaying its recorded
+    streams."""
+    if config == "bench":
+        cfg: Path | None = tmp / f"bench-{interval}.toml"
+        assert cfg is not None
+        cfg.write_text(bench_config(interval, reply))
+    else:
+        cfg = builtin_config(interval, tmp)
     proc, fast = serve(cfg, core, tmp)
     procs.append(proc)
     await stream(fast.port, CHAT, PROMPT, 50, None)  # warm-up
@@ -284,6 +316,9 @@ async def main() -> None:
     ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--lone", type=int, default=20, help="requests per tier of the lone user")
+    ap.add_argument("--config", choices=CONFIGS, default="built-in",
+                    help="built-in: what `make serve` runs, the mock model's prose; bench: one "
+                    "spark replica, tenants at 1%%, a scripted reply (isolates the gateway)")
     args = ap.parse_args()
     rows = args.rows.split(",")
     cpus = cores()
@@ -297,7 +332,7 @@ async def main() -> None:
         procs: list[Any] = []
         try:
             if {"steady", "burst", "requests"} & set(rows):
-                both = await pair(1, reply, args.tokens, server_core, tmp, procs)
+                both = await pair(1, reply, args.tokens, server_core, tmp, procs, args.config)
                 for key, n in (("steady", 100), ("burst", 200)):
                     if key in rows:
                         print(f"{key}: {n} streams x {args.tokens} tokens, interval 1")
@@ -313,7 +348,7 @@ async def main() -> None:
                 stop(*procs)
                 procs.clear()
             if "interval8" in rows:
-                both = await pair(8, reply, args.tokens, server_core, tmp, procs)
+                both = await pair(8, reply, args.tokens, server_core, tmp, procs, args.config)
                 print(f"interval8: 200 streams x {args.tokens} tokens, interval 8")
                 res["interval8"] = await interleaved(
                     both, args.repeat, lambda s: streams(s, 200, args.tokens, 8))
@@ -327,7 +362,10 @@ async def main() -> None:
                                await lone(fast.port, "/v1/chat/completions", args.lone))
         finally:
             stop(*procs)
-    print(f"\nsummary ({time.perf_counter() - started:.0f} s; server on core {server_core}, "
+    ran_on = ("the built-in config, the mock model's prose" if args.config == "built-in" else
+              "the bench config: one spark replica, tenants at 1%, a scripted reply")
+    print(f"\nsummary on {ran_on} ({time.perf_counter() - started:.0f} s; server on core "
+          f"{server_core}, "
           f"client on core {client_core}; median (range) of {args.repeat} runs each)")
     for line in table(res, args):
         print(line)
