@@ -1,7 +1,7 @@
 """Refusals beside what admitted requests wait: N concurrent spark streams, rounds in a row.
 
 On the built-in config (``make serve``'s), ``--streams`` concurrent 1,000-token Chat streams on
-the spark tier, ``--rounds`` times against one server. Each request is either served (its
+the spark tier, ``--repeat`` times against one server. Each request is either served (its
 ``time_info.queue_time``: the modeled wait it had) or refused with 503 and a stated wait
 (``retry-after``: the modeled wait beyond ``server.max_queue_wait_s``, or until a slot frees
 when the queue is full; the message says which). A refusal tells the truth when the admitted
@@ -9,7 +9,7 @@ requests of the same round confirm it: a queue refused for a modeled wait over t
 whose last admitted requests waited up to near that bound; a refusal that states 20 s while
 every admitted request waited 2 s does not.
 
-Usage: python bench/refusals.py [--streams 150] [--rounds 3] [--tokens 1000] [--url URL]
+Usage: python bench/refusals.py [--streams 150] [--repeat 3] [--tokens 1000] [--url URL]
 (without ``--url`` a server is started on the built-in config on a free loopback port)
 """
 
@@ -66,7 +66,7 @@ async def round_(url: str, streams: int, tokens: int) -> dict[str, Any]:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--streams", type=int, default=150)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument("--url")
     args = ap.parse_args()
@@ -77,11 +77,11 @@ async def main() -> None:
             proc, url = start_gateway("--ledger", str(Path(tmp) / "ledger.sqlite3"),
                                       "--log-level", "warning")
         try:
-            rows = [await round_(url, args.streams, args.tokens) for _ in range(args.rounds)]
+            rows = [await round_(url, args.streams, args.tokens) for _ in range(args.repeat)]
         finally:
             if proc is not None:
                 stop(proc)
-    print("| round | served | refused | all tokens | admitted queue wait p50 / max s | "
+    print("| run | served | refused | all tokens | admitted queue wait p50 / max s | "
           "stated wait max s |\n|---|---|---|---|---|---|")
     for k, r in enumerate(rows, 1):
         print(f"| {k} | {r['served']} | {r['refused']} | {r['complete']} | "
