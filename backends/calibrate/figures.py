@@ -10,8 +10,14 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..perf import Placement, Workload, serving_steady_state, static_batch
-from ..perf_serving import finite_run_throughput, waves_throughput
+from ..perf import Placement
+from ..perf_serving import (
+    Workload,
+    finite_run_throughput,
+    serving_steady_state,
+    static_batch,
+    waves_throughput,
+)
 from ..profiles import Catalog, ProfileError
 from ..speculative import mtp_draft, speculative_placement
 from .engines import Engines, engine_for, load_engines
