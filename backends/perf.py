@@ -388,25 +388,12 @@ def prefill_attention_context(chunk: int, already: int) -> float:
     return chunk * already + chunk * chunk / 2
 
 
-# The workloads built from steps (closed-loop serving, static batches) live in perf_serving;
-# re-exported here, where callers have always found them.
-from .perf_serving import (  # noqa: E402
-    Workload,
-    batch_that_fits,
-    serving_steady_state,
-    static_batch,
-)
-
 __all__ = [
     "ACTIVATION_BYTES",
     "ATTENTION_PRECISION",
     "Placement",
     "StepTime",
-    "Workload",
-    "batch_that_fits",
     "overlapped",
     "prefill_attention_context",
-    "serving_steady_state",
-    "static_batch",
     "touched_expert_share",
 ]

@@ -1,7 +1,7 @@
 """Steady-state predictions: what one request sees on a placement or on a tier of the config.
 
 ``predict_placement`` is the closed-form answer for a model on hardware under a closed-loop load
-of ``batch`` users (``perf.serving_steady_state``, no scheduler); ``predict_tier`` runs one
+of ``batch`` users (``perf_serving.serving_steady_state``, no scheduler); ``predict_tier`` runs one
 request through the virtual driver on a configured deployment under its background load, which
 is what a lone user of that tier sees. Both return plain dicts (the ``--json`` output of ``fastmode predict``).
 """
@@ -15,8 +15,9 @@ from typing import Any
 from .calibrate.engines import EngineProfile, load_engines
 from .drivers import Arrival, VirtualDriver
 from .engine import EngineSpec
-from .perf import Placement, StepTime, serving_steady_state
+from .perf import Placement, StepTime
 from .perf_modes import disaggregated, open_loop
+from .perf_serving import serving_steady_state
 from .profiles import Catalog, ProfileError
 from .scheduler import Sequence
 from .speculative import SpeculativePlacement, mtp_draft, speculative_placement
@@ -147,7 +148,7 @@ def predict_placement(
     benchmark, as `fastmode bench --concurrency`, vLLM's benchmark_serving or NIM's AIPerf run),
     or, with ``options.rate``, of Poisson arrivals at that rate (``perf_modes.open_loop``).
 
-    ``perf.serving_steady_state``: the users that fit the KV cache (and ``max_batch``) run
+    ``perf_serving.serving_steady_state``: the users that fit the KV cache (and ``max_batch``) run
     together, the others wait for a slot (their wait is in TTFT, and the placement is not
     refused); ITL is the mean step, prompts of the others riding along (chunked prefill);
     throughput counts every output token over the requests' whole cycle. ``options`` adds

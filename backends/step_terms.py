@@ -5,20 +5,48 @@ a ``Placement`` (backends/perf.py), split out to keep that module one page; no c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .dequant import dequantises, w4a16_flops
 from .moe import busiest_group_experts, busiest_group_tokens, expert_rows, touched_expert_share
-from .profiles import canonical_precision
+from .profiles import HardwareProfile, ModelProfile, canonical_precision
 
-if TYPE_CHECKING:
-    from .perf import Placement
+
+class Layout(Protocol):
+    """What the terms read of a replica's layout (``perf.Placement`` is the one): declared
+    here so that this module need not import perf.py, which imports it (one circle)."""
+
+    @property
+    def model(self) -> ModelProfile: ...
+
+    @property
+    def hardware(self) -> HardwareProfile: ...
+
+    @property
+    def chips(self) -> int: ...
+
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def attention_dp(self) -> bool: ...
+
+    @property
+    def expert_parallel(self) -> int: ...
+
+    @property
+    def attention_weight_bytes(self) -> float: ...
+
+    @property
+    def parallel_chips(self) -> int: ...
+
+    def weight_bytes_read(self, tokens: int) -> float: ...
 
 ACTIVATION_BYTES = 2.0  # bf16 activations on the wire for all-reduces and hops
 ATTENTION_PRECISION = "bf16"  # attention math runs in 16-bit (FlashAttention-class kernels)
 
 
-def weights_seconds(p: Placement, tokens: int) -> float:
+def weights_seconds(p: Layout, tokens: int) -> float:
     """The busiest chip's weight reads: its share of the dense part (all the attention
     with attention data parallelism) and of the touched experts (whole experts of its
     group, the busiest group's, with expert parallelism), at mbu (experts at
@@ -53,7 +81,7 @@ def weights_seconds(p: Placement, tokens: int) -> float:
     return t
 
 
-def gemm_rate(p: Placement, precision: str, rows: float) -> float:
+def gemm_rate(p: Layout, precision: str, rows: float) -> float:
     """Achieved FLOP/s of the replica's GEMMs of ``rows`` rows at ``precision`` (4-bit
     weights dequantised to bf16 on a chip without 4-bit tensor cores: a flat share of the
     bf16 peak, ``dequant.py``)."""
@@ -66,7 +94,7 @@ def gemm_rate(p: Placement, precision: str, rows: float) -> float:
     return p.parallel_chips * hw.peak_flops(precision) * eff
 
 
-def gemm_seconds(p: Placement, tokens: int, sampled: int | None = None) -> float:
+def gemm_seconds(p: Layout, tokens: int, sampled: int | None = None) -> float:
     """The GEMMs of a step of ``tokens`` tokens at their achieved rates (0 for none): the
     body (quantized layers at the precision's rate, 16-bit ones at bf16) over
     max(T, gemm_min_tokens) rows, the LM head over the ``sampled`` rows (default all),
@@ -96,7 +124,7 @@ def gemm_seconds(p: Placement, tokens: int, sampled: int | None = None) -> float
     return t
 
 
-def attention_rate(p: Placement, length: float) -> float:
+def attention_rate(p: Layout, length: float) -> float:
     """Achieved FLOP/s of prefill attention whose queries attend to ``length`` tokens on
     average."""
     hw = p.hardware
@@ -106,7 +134,7 @@ def attention_rate(p: Placement, length: float) -> float:
     return p.parallel_chips * hw.peak_flops(ATTENTION_PRECISION) * eff
 
 
-def comm_seconds(p: Placement, tokens: int) -> tuple[float, float]:
+def comm_seconds(p: Layout, tokens: int) -> tuple[float, float]:
     """(tensor-parallel collectives, layer-sharding hops) of a step of ``tokens`` tokens.
 
     Tensor parallelism: two all-reduces per layer (after attention, after the FFN), each

@@ -114,11 +114,13 @@ def test_no_module_over_the_size_limit() -> None:
     assert big == {}
 
 
-def _gateway_imports() -> dict[str, set[str]]:
-    """module -> the gateway modules it imports, counting every import statement: at the top,
-    inside functions and under ``TYPE_CHECKING`` (a circle hidden there is still a circle)."""
+def project_imports(packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """module -> the project modules it imports, counting every import statement: at the top,
+    inside functions and under ``TYPE_CHECKING`` (a circle hidden there is still a circle).
+    ``from a import b`` counts ``a`` (its ``__init__`` runs) and ``a.b`` when that is a module;
+    relative imports are resolved against the importing module's package."""
     mods = {}
-    for p in modules("gateway"):
+    for p in (p for package in packages for p in modules(package)):
         parts = p.relative_to(ROOT).with_suffix("").parts
         mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
     graph: dict[str, set[str]] = {}
@@ -145,10 +147,8 @@ def _gateway_imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_circle_in_gateway() -> None:
-    """Strongly connected components of gateway's import graph (Tarjan): each must be one
-    module. A circle means two modules that cannot be understood (or tested) apart."""
-    graph = _gateway_imports()
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of an import graph with more than one module (Tarjan)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -157,7 +157,7 @@ def test_no_import_circle_in_gateway() -> None:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -176,7 +176,13 @@ def test_no_import_circle_in_gateway() -> None:
     for v in graph:
         if v not in index:
             visit(v)
-    assert circles == []
+    return sorted(circles)
+
+
+def test_no_import_circle_anywhere() -> None:
+    """Each strongly connected component of the whole project's import graph is one module.
+    A circle means two modules that cannot be understood (or tested) apart."""
+    assert import_circles(project_imports()) == []
 
 
 def test_the_suites_schedule_names_files_that_exist() -> None:

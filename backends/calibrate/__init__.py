@@ -7,7 +7,7 @@ Five pieces, all pure functions over plain data:
   The public set is ``backends/data/measurements/published.toml`` (``load_published``);
   ``fastmode calibrate`` builds figures from a ``fastmode bench --json`` report.
   ``predict_figure`` evaluates the same figure with the model: a static batch
-  (``perf.static_batch``) or a closed-loop serving benchmark (``perf.serving_steady_state``),
+  (``perf_serving.static_batch``) or a closed-loop serving benchmark (``perf_serving.serving_steady_state``),
   in the figure's unit. A placement that does not fit is a refusal (``None``).
 - **Fit** (``fit``). ``fit`` adjusts the efficiency parameters of each hardware profile
   (``FIT_PARAMS``) and the engines' terms to minimise the weighted squared log errors of the

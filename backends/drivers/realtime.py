@@ -51,8 +51,9 @@ from ..engine import DeploymentSpec
 from ..fleet import FleetSpec
 from ..prefix_cache import PrefixKey
 from ..scheduler import Scheduler, Sequence, StepResult
-from .base import Driver, Replica, cancel_and_wait
+from .base import Driver, cancel_and_wait
 from .clock import ScaledClock
+from .live import LiveReplica
 from .supervisor import FailureCallback, Supervisor
 from .token_stream import TokenStream
 
@@ -69,7 +70,7 @@ modeled); beyond it the timeline slips by all of it."""
 log = logging.getLogger("fastmode.engine")
 
 
-class RealtimeReplica(Replica):
+class RealtimeReplica(LiveReplica):
     """One replica stepped by an asyncio task against the event loop's clock.
 
     ``done_index`` / ``done_end`` are the index and modeled end of the last step whose tokens

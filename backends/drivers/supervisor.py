@@ -30,14 +30,11 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from ..scheduler import Sequence
 from .base import cancel_and_wait, new_sequence, pick_replica
+from .live import LiveDriver, LiveReplica
 from .token_stream import TokenStream
-
-if TYPE_CHECKING:
-    from .realtime import RealtimeDriver, RealtimeReplica
 
 log = logging.getLogger("fastmode.engine")
 
@@ -74,7 +71,7 @@ class Supervisor:
     """Watches the replicas of one ``RealtimeDriver`` (see the module doc)."""
 
     def __init__(
-        self, driver: RealtimeDriver, on_failure: FailureCallback | None = None,
+        self, driver: LiveDriver, on_failure: FailureCallback | None = None,
         stall_after_s: float = 5.0, check_s: float = 1.0, window_s: float = 60.0,
         max_backoff_s: float = 30.0,
     ) -> None:
@@ -129,7 +126,7 @@ class Supervisor:
         task = self._task
         return task is None or task.done() or task.cancelling() > 0
 
-    def exited(self, replica: RealtimeReplica, error: BaseException) -> None:
+    def exited(self, replica: LiveReplica, error: BaseException) -> None:
         """A replica's loop task ended by itself (its ``on_exit``)."""
         if isinstance(error, asyncio.CancelledError):
             if self.tearing_down:
@@ -140,7 +137,7 @@ class Supervisor:
         else:
             self.failed(replica, EXCEPTION, f"{type(error).__name__}: {error}", error)
 
-    def check(self, now: float | None = None) -> list[RealtimeReplica]:
+    def check(self, now: float | None = None) -> list[LiveReplica]:
         """The liveness check: a replica whose loop is alive and holds work (running or
         waiting sequences) but has not stepped for ``strikes`` checks in a row, while its
         step in flight should have ended over ``stall_after_s`` ago, is stalled: its loop is
@@ -169,7 +166,7 @@ class Supervisor:
 
     # -- recovery -------------------------------------------------------------------------
 
-    def failed(self, replica: RealtimeReplica, kind: str, detail: str,
+    def failed(self, replica: LiveReplica, kind: str, detail: str,
                error: BaseException | None = None) -> ReplicaFailure:
         """Log, report, fail over or end the replica's requests, and restart it (module doc)."""
         now = self.driver.now
@@ -206,7 +203,7 @@ class Supervisor:
             replica.start()
         return failure
 
-    def _restart(self, replica: RealtimeReplica) -> None:
+    def _restart(self, replica: LiveReplica) -> None:
         self._restarts.pop(replica.name, None)
         self.unhealthy.pop(replica.name, None)
         replica.healthy = True
@@ -214,7 +211,7 @@ class Supervisor:
             log.warning("replica %s restarted after its backoff", replica.name)
             replica.start()
 
-    def _evacuate(self, replica: RealtimeReplica, failure: ReplicaFailure,
+    def _evacuate(self, replica: LiveReplica, failure: ReplicaFailure,
                   keep_waiting: bool) -> None:
         """Requests without a token yet go to another healthy replica (or stay, to be served
         after an immediate restart, when none takes them); the others end."""
@@ -232,7 +229,7 @@ class Supervisor:
             if isinstance(seq.tag, TokenStream) and not seq.tag.over:
                 failure.ended.append(seq.tag)
 
-    def _fail_over(self, replica: RealtimeReplica, seq: Sequence, stream: TokenStream) -> bool:
+    def _fail_over(self, replica: LiveReplica, seq: Sequence, stream: TokenStream) -> bool:
         """Queue a copy of ``seq`` on the least-loaded healthy other replica of its pool and
         point its stream there; False if there is none or it refuses."""
         driver = self.driver

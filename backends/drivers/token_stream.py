@@ -11,14 +11,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..scheduler import CANCELLED, Sequence
 
-if TYPE_CHECKING:
-    from .realtime import RealtimeReplica
-
 log = logging.getLogger("fastmode.engine")
+
+
+class StreamReplica(Protocol):
+    """What a stream reads of the replica producing its tokens (``realtime.RealtimeReplica``
+    is the one): declared here so that this module need not import the replica's, which
+    imports it (the two would be one circle)."""
+
+    loop: asyncio.AbstractEventLoop
+    clock: Callable[[], float]  # modeled seconds
+    scale: float  # wall seconds per modeled second
+    late: float  # how far behind its modeled timeline the last step was served
+    done_index: int
+    done_end: float
+    slipped: float
+    stopped: bool
+
+    def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None: ...
+
+    def cancel(self, seq: Sequence) -> None: ...
 
 
 class CountStream:
@@ -69,7 +85,7 @@ class TokenStream(CountStream):
                  "waits_first", "lag_first", "lag_end", "_lag0", "_cancelled", "_fut", "_i0",
                  "_i1", "_t1", "_listener")
 
-    def __init__(self, seq: Sequence, replica: RealtimeReplica, tag: Any = None,
+    def __init__(self, seq: Sequence, replica: StreamReplica, tag: Any = None,
                  interval: int = 1) -> None:
         self.seq = seq
         self.replica = replica
@@ -297,7 +313,7 @@ class TokenStream(CountStream):
             self.seq.tag = None
         self.tag = None
 
-    def move(self, seq: Sequence, replica: RealtimeReplica) -> None:
+    def move(self, seq: Sequence, replica: StreamReplica) -> None:
         """The request failed over before its first token (``backends.drivers.supervisor``):
         its tokens now come from ``seq`` on ``replica``; a reader waiting for the first token
         is woken by that replica."""

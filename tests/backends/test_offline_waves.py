@@ -19,8 +19,13 @@ import pytest
 
 from backends.calibrate import Figure, predict_figure
 from backends.calibrate.figures import is_offline_waves, placement, workload
-from backends.perf import Placement, serving_steady_state, static_batch
-from backends.perf_serving import batch_that_fits, waves_throughput
+from backends.perf import Placement
+from backends.perf_serving import (
+    batch_that_fits,
+    serving_steady_state,
+    static_batch,
+    waves_throughput,
+)
 from backends.profiles import Catalog, ProfileError
 from backends.scheduler import Background, Limits, Scheduler, Sequence
 

@@ -13,14 +13,8 @@ from hypothesis import strategies as st
 from backends.config import SimConfig
 from backends.engine import build
 from backends.memory import COMM_RESERVE_GB, chip_bytes
-from backends.perf import (
-    Placement,
-    prefill_attention_context,
-    serving_steady_state,
-    static_batch,
-    touched_expert_share,
-)
-from backends.perf_serving import finite_run_throughput
+from backends.perf import Placement, prefill_attention_context, touched_expert_share
+from backends.perf_serving import finite_run_throughput, serving_steady_state, static_batch
 from backends.profiles import Catalog, ProfileError
 from backends.simulate import Workload as SimWorkload
 from backends.simulate import simulate

@@ -18,8 +18,9 @@ from backends.moe import (
     expert_rows,
     touched_expert_share,
 )
-from backends.perf import Placement, prefill_attention_context, serving_steady_state
+from backends.perf import Placement, prefill_attention_context
 from backends.perf_modes import disaggregated, kv_transfer_seconds, open_loop
+from backends.perf_serving import serving_steady_state
 from backends.profiles import Catalog, ProfileError
 from backends.speculative import mtp_draft, speculative_placement
 

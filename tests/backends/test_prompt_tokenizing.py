@@ -15,8 +15,9 @@ import pytest
 from backends.calibrate import Figure
 from backends.calibrate.engines import EngineProfile
 from backends.calibrate.lineage import informed_terms
-from backends.perf import Placement, serving_steady_state, static_batch
+from backends.perf import Placement
 from backends.perf_modes import open_loop
+from backends.perf_serving import serving_steady_state, static_batch
 from backends.profiles import Catalog
 
 CAT = Catalog.builtin()
