@@ -14,9 +14,12 @@ from ..tokenizer import tokenize
 from .request import REASONING, Generation, Piece, Reasoning, ToolCall
 
 
-def finish_text(text: str, cap: int | None, stop: Sequence[str]) -> Generation:
-    """Apply the max_tokens cut, then stop sequences; pieces always match the final text."""
-    tokens = tokenize(text)
+def finish_text(text: str, cap: int | None, stop: Sequence[str],
+                tokens: list[str] | None = None) -> Generation:
+    """Apply the max_tokens cut, then stop sequences; pieces always match the final text.
+    ``tokens``: ``text`` already split (``tokenize``), when the writer split it as it wrote."""
+    if tokens is None:
+        tokens = tokenize(text)
     finish = "stop"
     if cap is not None and len(tokens) > cap:
         tokens = tokens[: max(cap, 0)]

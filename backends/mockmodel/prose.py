@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..tokenizer import count_tokens
+from ..tokenizer import count_tokens, tokenize
 from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
 from .harness import user_task
 from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
@@ -43,8 +43,8 @@ def text_reply(
     with ``ignore_eos``, exactly ``max_tokens`` tokens."""
     cap = req.max_tokens
     if req.ignore_eos and cap is not None:  # one token past the cap, so the cut says "length"
-        text = write_at_least(streams("text"), cap + 1, opener)
-        return finish_text(text, cap, req.stop)
+        tokens = write_tokens(streams("text"), cap + 1, opener)
+        return finish_text("".join(tokens), cap, req.stop, tokens)
     asked = last_user_text(req.messages)
     kind, natural = reply_length(asked, replies, streams("length"))
     if opener is None and kind == "greeting":
@@ -55,8 +55,8 @@ def text_reply(
     elif opener is None:
         opener = yes_no_opener(asked, streams("opener")) if kind == "short" else None
     budget = natural if cap is None else min(natural, cap + 1)
-    text = write_at_least(streams("text"), budget, opener)
-    return finish_text(text, cap, req.stop)
+    tokens = write_tokens(streams("text"), budget, opener)
+    return finish_text("".join(tokens), cap, req.stop, tokens)
 
 
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -70,16 +70,20 @@ def write_at_least(rng: random.Random, tokens: int, opener: str | None) -> str:
     """Whole chunks of prose until at least ``tokens`` tokens, ending at a chunk boundary.
 
     Chunk choice never depends on ``tokens``, so a shorter budget yields a prefix of a longer one.
-    Chunks start with whitespace and end without it, so their token counts simply add up.
     """
-    parts: list[str] = []
-    total = 0
+    return "".join(write_tokens(rng, tokens, opener))
+
+
+def write_tokens(rng: random.Random, tokens: int, opener: str | None) -> list[str]:
+    """``write_at_least``'s prose as its tokens. Chunks start with whitespace and end without
+    it, so the tokens of the chunks are the tokens of the whole: each chunk is split once, and
+    the reply is not split again (``finish_text``'s ``tokens``)."""
+    out: list[str] = []
     for chunk in Writer(rng, opener).chunks():
-        if total >= tokens:
+        if len(out) >= tokens:
             break
-        parts.append(chunk)
-        total += count_tokens(chunk)
-    return "".join(parts)
+        out += tokenize(chunk)
+    return out
 
 
 def tool_result_opener(messages: Sequence[Mapping[str, Any]]) -> str:

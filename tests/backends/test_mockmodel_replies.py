@@ -126,3 +126,19 @@ def test_capped_is_replace_of_the_three_fields() -> None:
     r = GenerationRequest(**values)  # type: ignore[arg-type]
     assert r.capped(11, "n", 13) == dataclasses.replace(r, max_tokens=11, model="n",
                                                         reasoning_room=13)
+
+
+@pytest.mark.parametrize("opener", [None, "Sure — here it is, in short."])
+def test_the_writers_tokens_are_the_tokens_of_its_whole_text(opener: str | None) -> None:
+    """The prose is split chunk by chunk as it is written and never again: that holds only
+    while the chunks' tokens are the whole text's (every chunk opens with whitespace)."""
+    import random
+
+    from backends.mockmodel.prose import write_at_least, write_tokens
+    from backends.tokenizer import tokenize
+
+    for seed in range(400):
+        tokens = write_tokens(random.Random(seed), 200, opener)
+        assert len(tokens) >= 200
+        assert tokenize("".join(tokens)) == tokens
+        assert write_at_least(random.Random(seed), 200, opener) == "".join(tokens)
