@@ -16,6 +16,7 @@ from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
 from .disagg import DisaggregatedScheduler
 from .fleet import FleetSpec, build_fleet
+from .lora import LoraSlots, LoraSpec
 from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
 from .perf import Placement
 from .prefix_cache import CacheRouting
@@ -38,12 +39,17 @@ class DeploymentSpec:
     tenants: TenantDemand | None = None  # the other tenants as demand (background: their mean)
     prefill: Placement | None = None  # disaggregated: each replica's prefill replica
     kv_blocks: BlockHasher | None = None  # the prefix cache in vLLM's blocks (backends.block_hash)
+    lora: LoraSpec | None = None  # LoRA adapters served on the model (backends.lora)
 
     def new_scheduler(self) -> Scheduler:
         if self.prefill is not None:
-            return DisaggregatedScheduler(self.placement, self.limits, self.background,
-                                          self.prefill)
-        return Scheduler(self.placement, self.limits, self.background)
+            sched: Scheduler = DisaggregatedScheduler(self.placement, self.limits,
+                                                      self.background, self.prefill)
+        else:
+            sched = Scheduler(self.placement, self.limits, self.background)
+        if self.lora is not None:
+            sched.lora = LoraSlots(self.lora, self.placement)
+        return sched
 
     @property
     def cost_per_token(self) -> float:
@@ -144,8 +150,10 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         blocks = (BlockHasher(d.block_size, d.prefix_caching_hash_algo,
                               d.prefix_caching_hash_seed)
                   if d.prefix_caching and d.prefix_cache_blocks else None)
+        lora = (LoraSpec(d.lora.max_loras, d.lora.max_lora_rank)
+                if d.lora is not None and d.lora.enable_lora else None)
         spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
-                              prefill, blocks)
+                              prefill, blocks, lora)
         try:
             spec.new_scheduler()
         except ValueError as exc:

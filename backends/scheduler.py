@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .lora import LoraSlots
 from .perf import Placement, prefill_attention_context
 from .prefix_cache import PrefixCache, PrefixKey
 from .stretch import stretch
@@ -94,6 +95,9 @@ class Sequence:
     cache_entry: Any = None  # the cache chain it pins (backends.prefix_cache)
     kv_held: int = 0  # KV it holds itself (the rest of ``kv_reserved`` is shared cache)
     priority: int = 0  # a shared pool admits higher priorities first (fleet policy "priority")
+    lora: Any = None  # the LoRA adapter it runs on (backends.lora.LoraAdapter), None: the base
+    remote_kv_s: float = 0.0  # its prompt's KV comes from a prefill engine: seconds once admitted
+    kv_ready_at: float = 0.0  # ... the KV is in from then on (P/D: gateway.pipeline.kv_transfer)
     state: str = WAITING
     prefilled: int = 0
     first_step: int = -1  # index of the step that produced token 0
@@ -155,6 +159,7 @@ class Scheduler:
         self._step_lines: dict[tuple[int, int, float], tuple[float, ...]] = {}
         self._stepwise = getattr(placement, "stepwise", False)  # no closed-form line
         self.cache: PrefixCache | None = PrefixCache() if limits.prefix_caching else None
+        self.lora: LoraSlots | None = None  # adapter slots (backends.lora), set by the spec
 
     # -- requests -------------------------------------------------------------------------
 
@@ -260,6 +265,8 @@ class Scheduler:
     def _unpin(self, seq: Sequence, now: float) -> None:
         if self.cache is not None:
             self.cache.detach(seq, now)
+        if self.lora is not None:
+            self.lora.leave(seq)  # every way out of the engine passes here
 
     def cancel(self, seq: Sequence) -> None:
         """Cancel a sequence; it leaves the batch (and frees its KV) when the next step is planned."""
@@ -309,8 +316,13 @@ class Scheduler:
         kv_free = self.kv_capacity - bg.kv_tokens - self._kv_used
         if cache is not None:
             kv_free -= cache.size
-        while self.waiting and slots > 0:
-            seq = self.waiting[0]
+        gate = self.lora
+        passed = 0  # waiting sequences passed over: their adapter cannot join (backends.lora)
+        while len(self.waiting) > passed and slots > 0:
+            seq = self.waiting[passed]
+            if gate is not None and not gate.admits(seq):
+                passed += 1
+                continue
             need = seq.kv_reserved - seq.cache_hit
             if need > kv_free and cache is not None:
                 kv_free += cache.evict(need - kv_free)  # memory pressure: LRU prefixes go
@@ -320,9 +332,16 @@ class Scheduler:
                     kv_free += cache.evict(need - kv_free)
             if need > kv_free:
                 break  # strict FCFS: nobody overtakes the head of the queue
-            self.waiting.popleft()
+            if passed:
+                del self.waiting[passed]
+            else:
+                self.waiting.popleft()
+            if gate is not None:
+                gate.join(seq)
             seq.state = PREFILL
             seq.admitted_at = now
+            if seq.remote_kv_s:  # its KV crosses from the prefill engine from now on
+                seq.kv_ready_at = now + seq.remote_kv_s
             seq.prefilled = seq.cached_tokens
             self.prefilling.append(seq)
             seq.kv_held = need
@@ -344,6 +363,8 @@ class Scheduler:
         prefill_ctx = bg.prefill_context
         chunks: list[tuple[Sequence, int]] = []
         for seq in self.prefilling:
+            if seq.kv_ready_at > now:  # its KV is still on its way (P/D): not computable yet
+                continue
             # Always let the oldest prompt make progress, even when decoders eat the budget.
             room = budget if budget > 0 else (1 if not chunks else 0)
             if room <= 0:
@@ -354,9 +375,15 @@ class Scheduler:
             prefill_ctx += prefill_attention_context(c, seq.prefilled)
             prefill_tokens += c
             budget -= c
+        if not chunks and not n_dec:  # only KV in flight: idle until the first arrives
+            until = min(s.kv_ready_at for s in self.prefilling)
+            self.step_index, self.busy_until = index, until
+            return StepResult(index, now, until, 0, batch=bg.seqs)
         dt = self.step_seconds(
             n_dec + bg.seqs, self._decode_ctx + bg.kv_tokens, prefill_tokens, prefill_ctx
         )
+        if self.lora is not None and self.lora.active:
+            dt += self.lora.step_seconds(self._lora_tokens(chunks))
         end = now + dt
         result = StepResult(index, now, end, n_dec, batch=n_dec + bg.seqs + len(self.prefilling))
         # Decoders each produced a token; their context grows by one.
@@ -370,6 +397,13 @@ class Scheduler:
         self.busy_until = end
         self._retire(index, end, result.finished)
         return result
+
+    def _lora_tokens(self, chunks: list[tuple[Sequence, int]]) -> int:
+        """Tokens of this step that run on an adapter: its decoders' and prompt chunks'."""
+        assert self.lora is not None
+        joined = sum(self.lora.running.values())
+        prefilling = sum(1 for s in self.prefilling if s.lora is not None)
+        return joined - prefilling + sum(c for s, c in chunks if s.lora is not None)
 
     def _first_token(self, seq: Sequence, index: int, end: float, result: StepResult) -> None:
         """``seq``'s prompt is in: its first token comes at ``end`` (step ``index``) and it
@@ -411,6 +445,8 @@ class Scheduler:
         if self.prefilling or self._cancelled or not self.decoding:
             return False
         if self._stepwise:  # no closed form (speculative decoding)
+            return False
+        if self.lora is not None and self.lora.active:  # adapters add a term of their own
             return False
         if self.waiting and self.limits.max_batch - self.background.seqs - self.running > 0:
             return False
