@@ -16,7 +16,7 @@ from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
 from .disagg import DisaggregatedScheduler
 from .fleet import FleetSpec, build_fleet
-from .lora import LoraSlots, LoraSpec
+from .lora import LoraModule, LoraSlots, LoraSpec
 from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
 from .perf import Placement
 from .prefix_cache import CacheRouting
@@ -150,8 +150,11 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         blocks = (BlockHasher(d.block_size, d.prefix_caching_hash_algo,
                               d.prefix_caching_hash_seed)
                   if d.prefix_caching and d.prefix_cache_blocks else None)
-        lora = (LoraSpec(d.lora.max_loras, d.lora.max_lora_rank)
-                if d.lora is not None and d.lora.enable_lora else None)
+        lora = None
+        if d.lora is not None and d.lora.enable_lora:
+            lora = LoraSpec(d.lora.max_loras, d.lora.max_lora_rank,
+                            tuple(LoraModule(m.name, m.path, m.rank, m.base_model_name)
+                                  for m in d.lora.modules), d.lora.runtime_updating)
         spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
                               prefill, blocks, lora)
         try:

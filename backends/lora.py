@@ -32,6 +32,7 @@ most adapters are trained on), A (in x r) and B (r x out) each, in bf16:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +67,24 @@ class LoraAdapter:
 
 
 @dataclass(frozen=True)
+class LoraModule:
+    """An adapter served from the start (vLLM's ``--lora-modules`` entry)."""
+
+    name: str
+    path: str
+    rank: int | None = None  # None: max_lora_rank
+    base_model: str | None = None  # None: the served model
+
+
+@dataclass(frozen=True)
 class LoraSpec:
-    """A deployment's LoRA settings (vLLM's ``--max-loras``, ``--max-lora-rank``)."""
+    """A deployment's LoRA settings (vLLM's ``--max-loras``, ``--max-lora-rank``,
+    ``--lora-modules`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``)."""
 
     max_loras: int = DEFAULT_MAX_LORAS
     max_lora_rank: int = DEFAULT_MAX_LORA_RANK
+    modules: tuple[LoraModule, ...] = ()
+    runtime_updating: bool = False
 
 
 def make_adapter(placement: Placement, name: str, int_id: int, path: str, rank: int,
@@ -154,10 +168,14 @@ class LoraSlots:
         if name not in self.running:
             self.resident.pop(name, None)
 
-    def step_seconds(self, lora_tokens: int) -> float:
+    def step_seconds(self, chunks: Sequence[tuple[Any, int]], prefilling: Iterable[Any]) -> float:
         """What the adapters add to the step about to run: the copies of cold adapters joined
-        since the last step, and the LoRA GEMMs of its ``lora_tokens`` tokens."""
+        since the last step, and the LoRA GEMMs of its tokens on adapters (one per decoding
+        sequence of an adapter, its prompt chunk for a prefilling one: ``chunks``)."""
         extra, self._pending = self._pending, 0.0
+        prefills = sum(1 for s in prefilling if s.lora is not None)
+        lora_tokens = sum(self.running.values()) - prefills + sum(
+            c for s, c in chunks if s.lora is not None)
         if lora_tokens > 0 and self.running:
             read_s, flop_s = self._gemm
             extra += max(read_s * len(self.running), flop_s * lora_tokens)
@@ -181,5 +199,5 @@ def _gemm_terms(spec: LoraSpec, placement: Placement) -> tuple[float, float]:
     return read_s, flop_s
 
 
-__all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "LoraAdapter", "LoraSlots",
+__all__ = ["DEFAULT_MAX_LORAS", "DEFAULT_MAX_LORA_RANK", "LoraAdapter", "LoraModule", "LoraSlots",
            "LoraSpec", "MAX_ADAPTERS", "adapter_params", "copy_seconds", "make_adapter"]

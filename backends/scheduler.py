@@ -40,6 +40,7 @@ from typing import Any
 from .lora import LoraSlots
 from .perf import Placement, prefill_attention_context
 from .prefix_cache import PrefixCache, PrefixKey
+from .step_memo import StepMemo
 from .stretch import stretch
 
 
@@ -96,8 +97,8 @@ class Sequence:
     kv_held: int = 0  # KV it holds itself (the rest of ``kv_reserved`` is shared cache)
     priority: int = 0  # a shared pool admits higher priorities first (fleet policy "priority")
     lora: Any = None  # the LoRA adapter it runs on (backends.lora.LoraAdapter), None: the base
-    remote_kv_s: float = 0.0  # its prompt's KV comes from a prefill engine: seconds once admitted
-    kv_ready_at: float = 0.0  # ... the KV is in from then on (P/D: gateway.pipeline.kv_transfer)
+    remote_kv_s: float = 0.0  # P/D: its KV comes from a prefill engine, this long once admitted
+    kv_ready_at: float = 0.0  # ... and is in from then on (backends.kv_transfer)
     state: str = WAITING
     prefilled: int = 0
     first_step: int = -1  # index of the step that produced token 0
@@ -130,7 +131,7 @@ class StepResult:
     slip: float = 0.0  # seconds a real-time host served it late: ``end`` includes them
 
 
-class Scheduler:
+class Scheduler(StepMemo):
     """One replica's continuous-batching state machine."""
 
     def __init__(self, placement: Placement, limits: Limits, background: Background) -> None:
@@ -217,51 +218,6 @@ class Scheduler:
             self._lines.clear()  # the memoised step lines depend on the prefill riding along
         self.background = background
 
-    def _line(self, batch: int) -> tuple[float, ...]:
-        """``decode_line`` of a batch of ``batch`` decoding sequences (background included)."""
-        line = self._lines.get(batch)
-        if line is None:
-            bg = self.background
-            line = self._lines[batch] = self.placement.decode_line(
-                batch, bg.prefill_tokens_per_step, bg.prefill_context
-            )
-        return line
-
-    def step_seconds(
-        self, batch: int, ctx: float, prefill_tokens: int, prefill_ctx: float
-    ) -> float:
-        """``Placement.step_seconds`` through a memo of its line in the decode context: steps
-        with the same batch and prompt chunk (most, in a workload of few lengths) then cost a
-        few float operations instead of a roofline evaluation (bounded memo)."""
-        if self._stepwise:
-            return self.placement.step_seconds(batch, ctx, prefill_tokens, prefill_ctx)
-        key = (batch, prefill_tokens, prefill_ctx)
-        memo = self._step_lines
-        line = memo.get(key)
-        if line is None:
-            if len(memo) >= 4096:
-                memo.clear()
-            line = memo[key] = self.placement.decode_line(batch, prefill_tokens, prefill_ctx)
-        w, c0, c1, k1, floor, fixed = line
-        x = c0 + c1 * ctx
-        core = (w if w > x else x) + k1 * ctx
-        return (core if core > floor else floor) + fixed
-
-    def decode_estimate(self) -> float:
-        """Seconds of a decode step of the batch as it is (no prompt of ours riding along): how
-        long one token of the other tenants takes now."""
-        bg = self.background
-        batch = max(1, self.running + bg.seqs)
-        ctx = self._decode_ctx + bg.kv_tokens
-        if self._stepwise:
-            return self.placement.step_seconds(
-                batch, ctx, bg.prefill_tokens_per_step, bg.prefill_context
-            )
-        w, c0, c1, k1, floor, fixed = self._line(batch)
-        x = c0 + c1 * ctx
-        core = (w if w > x else x) + k1 * ctx
-        return (core if core > floor else floor) + fixed
-
     def _unpin(self, seq: Sequence, now: float) -> None:
         if self.cache is not None:
             self.cache.detach(seq, now)
@@ -316,8 +272,7 @@ class Scheduler:
         kv_free = self.kv_capacity - bg.kv_tokens - self._kv_used
         if cache is not None:
             kv_free -= cache.size
-        gate = self.lora
-        passed = 0  # waiting sequences passed over: their adapter cannot join (backends.lora)
+        gate, passed = self.lora, 0  # passed over: their adapter cannot join (backends.lora)
         while len(self.waiting) > passed and slots > 0:
             seq = self.waiting[passed]
             if gate is not None and not gate.admits(seq):
@@ -332,16 +287,12 @@ class Scheduler:
                     kv_free += cache.evict(need - kv_free)
             if need > kv_free:
                 break  # strict FCFS: nobody overtakes the head of the queue
-            if passed:
-                del self.waiting[passed]
-            else:
-                self.waiting.popleft()
+            del self.waiting[passed]  # the head (O(1)) unless LoRA requests were passed over
             if gate is not None:
                 gate.join(seq)
             seq.state = PREFILL
             seq.admitted_at = now
-            if seq.remote_kv_s:  # its KV crosses from the prefill engine from now on
-                seq.kv_ready_at = now + seq.remote_kv_s
+            seq.kv_ready_at = now + seq.remote_kv_s  # P/D: its KV crosses from now on
             seq.prefilled = seq.cached_tokens
             self.prefilling.append(seq)
             seq.kv_held = need
@@ -375,15 +326,15 @@ class Scheduler:
             prefill_ctx += prefill_attention_context(c, seq.prefilled)
             prefill_tokens += c
             budget -= c
-        if not chunks and not n_dec:  # only KV in flight: idle until the first arrives
-            until = min(s.kv_ready_at for s in self.prefilling)
-            self.step_index, self.busy_until = index, until
+        if not chunks and not n_dec:  # only KV in flight (P/D): idle until the first is in
+            self.step_index = index
+            self.busy_until = until = min(s.kv_ready_at for s in self.prefilling)
             return StepResult(index, now, until, 0, batch=bg.seqs)
         dt = self.step_seconds(
             n_dec + bg.seqs, self._decode_ctx + bg.kv_tokens, prefill_tokens, prefill_ctx
         )
         if self.lora is not None and self.lora.active:
-            dt += self.lora.step_seconds(self._lora_tokens(chunks))
+            dt += self.lora.step_seconds(chunks, self.prefilling)
         end = now + dt
         result = StepResult(index, now, end, n_dec, batch=n_dec + bg.seqs + len(self.prefilling))
         # Decoders each produced a token; their context grows by one.
@@ -397,13 +348,6 @@ class Scheduler:
         self.busy_until = end
         self._retire(index, end, result.finished)
         return result
-
-    def _lora_tokens(self, chunks: list[tuple[Sequence, int]]) -> int:
-        """Tokens of this step that run on an adapter: its decoders' and prompt chunks'."""
-        assert self.lora is not None
-        joined = sum(self.lora.running.values())
-        prefilling = sum(1 for s in self.prefilling if s.lora is not None)
-        return joined - prefilling + sum(c for s, c in chunks if s.lora is not None)
 
     def _first_token(self, seq: Sequence, index: int, end: float, result: StepResult) -> None:
         """``seq``'s prompt is in: its first token comes at ``end`` (step ``index``) and it
@@ -444,10 +388,8 @@ class Scheduler:
         """
         if self.prefilling or self._cancelled or not self.decoding:
             return False
-        if self._stepwise:  # no closed form (speculative decoding)
-            return False
-        if self.lora is not None and self.lora.active:  # adapters add a term of their own
-            return False
+        if self._stepwise or (self.lora is not None and self.lora.active):
+            return False  # no closed form (speculative decoding; adapters' terms)
         if self.waiting and self.limits.max_batch - self.background.seqs - self.running > 0:
             return False
         return True

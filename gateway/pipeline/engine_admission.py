@@ -23,6 +23,7 @@ from backends.drivers import (
     TooLarge,
 )
 from backends.engine import EngineSpec, Tier
+from backends.lora import LoraAdapter
 from backends.mockmodel import Generation, generate
 from backends.prefix_cache import PrefixKey
 from backends.scheduler import Scheduler, StepResult
@@ -42,6 +43,7 @@ from .tickets import Refused, Ticket
 
 if TYPE_CHECKING:
     from ..testing import TestScopes
+    from .lora_registry import LoraRegistry
 
 
 class EngineAdmission:
@@ -56,6 +58,7 @@ class EngineAdmission:
         self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
         self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
         self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
+        self.loras: LoraRegistry | None = None  # LoRA adapters (gateway.pipeline.lora_registry)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -112,10 +115,12 @@ class EngineAdmission:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens
         prefix = request.prefix
+        lora = self.loras.get(request.model) if self.loras is not None else None
         if tier.deployment.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
-            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks)
+            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks,
+                                  lora.name if lora is not None else None)
         stream = self._submit(tier, prompt, max(gen.output_tokens, 1), request.cached_tokens,
-                              prefix)
+                              prefix, lora)
         decision = ticket.decision
         job = Job(
             id=new_id("req"),
@@ -167,7 +172,8 @@ class EngineAdmission:
         return gen
 
     def _submit(self, tier: Tier, prompt: int, output: int, cached: int,
-                prefix: PrefixKey | None = None) -> TokenStream:
+                prefix: PrefixKey | None = None, lora: LoraAdapter | None = None
+                ) -> TokenStream:
         """Queue the request, or raise ``Refused`` with the modeled time a retry would wait
         for: when the least-loaded replica's queue is full, or its modeled wait is over
         ``server.max_queue_wait_s``."""
@@ -181,7 +187,7 @@ class EngineAdmission:
             wait = wait_steps * step_s
             raise Refused(wait - bound, wait)
         try:
-            return dep.submit(prompt, output, cached, prefix, tier.priority, replica)
+            return dep.submit(prompt, output, cached, prefix, tier.priority, replica, lora)
         except Overloaded:
             self.queues.forget(sched)
             raise Refused(overflow.until_slot_frees(dep)) from None
