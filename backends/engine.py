@@ -14,6 +14,7 @@ from functools import cached_property
 from .block_hash import BlockHasher
 from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
+from .config_vllm import KVTransferConfig
 from .disagg import DisaggregatedScheduler
 from .fleet import FleetSpec, build_fleet
 from .lora import LoraModule, LoraSlots, LoraSpec
@@ -40,6 +41,7 @@ class DeploymentSpec:
     prefill: Placement | None = None  # disaggregated: each replica's prefill replica
     kv_blocks: BlockHasher | None = None  # the prefix cache in vLLM's blocks (backends.block_hash)
     lora: LoraSpec | None = None  # LoRA adapters served on the model (backends.lora)
+    kv_transfer: KVTransferConfig | None = None  # a KV connector: P/D across engines
 
     def new_scheduler(self) -> Scheduler:
         if self.prefill is not None:
@@ -155,8 +157,9 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
             lora = LoraSpec(d.lora.max_loras, d.lora.max_lora_rank,
                             tuple(LoraModule(m.name, m.path, m.rank, m.base_model_name)
                                   for m in d.lora.modules), d.lora.runtime_updating)
+        kv = d.kv_transfer if d.kv_transfer is not None and d.kv_transfer.on else None
         spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
-                              prefill, blocks, lora)
+                              prefill, blocks, lora, kv)
         try:
             spec.new_scheduler()
         except ValueError as exc:

@@ -38,6 +38,7 @@ from . import overflow
 from .block_keys import block_prefix
 from .caching import cache_writes
 from .job import Job
+from .kv_transfer import KVTransfer
 from .request import TurnRequest
 from .tickets import Refused, Ticket
 
@@ -59,6 +60,7 @@ class EngineAdmission:
         self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
         self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
         self.loras: LoraRegistry | None = None  # LoRA adapters (gateway.pipeline.lora_registry)
+        self.kv = KVTransfer()  # P/D across engines: vLLM's kv_transfer_params
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -116,11 +118,15 @@ class EngineAdmission:
         prompt = request.prompt_tokens
         prefix = request.prefix
         lora = self.loras.get(request.model) if self.loras is not None else None
-        if tier.deployment.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
-            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks,
+        dep = tier.deployment
+        if dep.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
+            prefix = block_prefix(self.vocabulary, request, dep.kv_blocks,
                                   lora.name if lora is not None else None)
-        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), request.cached_tokens,
-                              prefix, lora)
+        remote = self.kv.remote_prefill(request.kv_transfer, dep, prompt)  # P/D: a decoder's
+        cached = request.cached_tokens if remote is None else remote.tokens
+        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), cached, prefix, lora)
+        if remote is not None:  # read when it is admitted, at the replica's next step
+            stream.seq.remote_kv_s = remote.seconds
         decision = ticket.decision
         job = Job(
             id=new_id("req"),
@@ -139,6 +145,9 @@ class EngineAdmission:
             prices=ticket.prices,
         )
         job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(prefix, stream)
+        job.kv_transfer_asked = request.kv_transfer is not None
+        if self.kv.hands_over(request.kv_transfer, dep) and gen.finish_reason == "length":
+            job.kv_transfer_params = self.kv.prefill_params(dep, job.id, prompt)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
         stream.interval = tier.stream_interval  # tokens per event (read before the first wait)
         if gen.reasoning_tokens:
