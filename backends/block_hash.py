@@ -63,23 +63,28 @@ class BlockHasher:
     def none_hash(self) -> bytes:
         return self._fn(self.seed)
 
-    def hash_block(self, parent: bytes, token_ids: Sequence[int]) -> bytes:
-        return self._fn((parent, tuple(token_ids), None))
+    def hash_block(self, parent: bytes, token_ids: Sequence[int],
+                   extra: tuple[Any, ...] | None = None) -> bytes:
+        return self._fn((parent, tuple(token_ids), extra))
 
-    def digests(self, token_ids: Sequence[int]) -> list[bytes]:
-        """The chained hash of every full block of ``token_ids``."""
+    def digests(self, token_ids: Sequence[int],
+                extra: tuple[Any, ...] | None = None) -> list[bytes]:
+        """The chained hash of every full block of ``token_ids``; ``extra``: vLLM's extra keys
+        of every block (a LoRA request's ``(adapter name,)``: its KV differs from the base
+        model's, so its blocks never match theirs)."""
         bs = self.block_size
         parent = self.none_hash
         out: list[bytes] = []
         for start in range(0, len(token_ids) - bs + 1, bs):
-            parent = self.hash_block(parent, token_ids[start:start + bs])
+            parent = self.hash_block(parent, token_ids[start:start + bs], extra)
             out.append(parent)
         return out
 
-    def key(self, token_ids: Sequence[int]) -> PrefixKey | None:
+    def key(self, token_ids: Sequence[int],
+            extra: tuple[Any, ...] | None = None) -> PrefixKey | None:
         """The prefix key of a prompt: a checkpoint at each full block, named by its hash; no
         time to live and no minimum (vLLM keeps blocks until memory is needed)."""
-        hashes = tuple(external(d) for d in self.digests(token_ids))
+        hashes = tuple(external(d) for d in self.digests(token_ids, extra))
         if not hashes:
             return None
         n = len(hashes)

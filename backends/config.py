@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .config_vllm import KVTransferConfig, LoraConfig
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -77,6 +79,8 @@ class DeploymentConfig(Strict):
     prefix_caching_hash_algo: Literal["sha256", "sha256_cbor"] = "sha256"  # vLLM's default
     prefix_caching_hash_seed: str = "0"  # NONE_HASH = hash(seed) (vLLM: PYTHONHASHSEED)
     kv_events: KVEventsConfig | None = None  # KV-cache events (gateway.observe.kv_events)
+    lora: LoraConfig | None = None  # LoRA adapters (vLLM's --enable-lora; backends.lora)
+    kv_transfer: KVTransferConfig | None = None  # vLLM's --kv-transfer-config (P/D engines)
     background: BackgroundConfig = BackgroundConfig()
     speculative: SpeculativeConfig | None = None
     # prefill/decode disaggregation: each replica pairs its decode chips with a prefill replica

@@ -14,8 +14,10 @@ from functools import cached_property
 from .block_hash import BlockHasher
 from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
+from .config_vllm import KVTransferConfig
 from .disagg import DisaggregatedScheduler
 from .fleet import FleetSpec, build_fleet
+from .lora import LoraModule, LoraSlots, LoraSpec
 from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
 from .perf import Placement
 from .prefix_cache import CacheRouting
@@ -38,12 +40,18 @@ class DeploymentSpec:
     tenants: TenantDemand | None = None  # the other tenants as demand (background: their mean)
     prefill: Placement | None = None  # disaggregated: each replica's prefill replica
     kv_blocks: BlockHasher | None = None  # the prefix cache in vLLM's blocks (backends.block_hash)
+    lora: LoraSpec | None = None  # LoRA adapters served on the model (backends.lora)
+    kv_transfer: KVTransferConfig | None = None  # a KV connector: P/D across engines
 
     def new_scheduler(self) -> Scheduler:
         if self.prefill is not None:
-            return DisaggregatedScheduler(self.placement, self.limits, self.background,
-                                          self.prefill)
-        return Scheduler(self.placement, self.limits, self.background)
+            sched: Scheduler = DisaggregatedScheduler(self.placement, self.limits,
+                                                      self.background, self.prefill)
+        else:
+            sched = Scheduler(self.placement, self.limits, self.background)
+        if self.lora is not None:
+            sched.lora = LoraSlots(self.lora, self.placement)
+        return sched
 
     @property
     def cost_per_token(self) -> float:
@@ -144,8 +152,14 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         blocks = (BlockHasher(d.block_size, d.prefix_caching_hash_algo,
                               d.prefix_caching_hash_seed)
                   if d.prefix_caching and d.prefix_cache_blocks else None)
+        lora = None
+        if d.lora is not None and d.lora.enable_lora:
+            lora = LoraSpec(d.lora.max_loras, d.lora.max_lora_rank,
+                            tuple(LoraModule(m.name, m.path, m.rank, m.base_model_name)
+                                  for m in d.lora.modules), d.lora.runtime_updating)
+        kv = d.kv_transfer if d.kv_transfer is not None and d.kv_transfer.on else None
         spec = DeploymentSpec(name, placement, limits, background, d.replicas, routing, demand,
-                              prefill, blocks)
+                              prefill, blocks, lora, kv)
         try:
             spec.new_scheduler()
         except ValueError as exc:

@@ -84,12 +84,16 @@ class Disaggregated:
     prefill_utilization: float  # share of time the prefill replica is busy
 
 
-def kv_transfer_seconds(decode: Placement, prefill_chips: int, prompt_tokens: int) -> float:
+def kv_transfer_seconds(decode: Placement, prefill_chips: int, prompt_tokens: int,
+                        link_gbs: float | None = None) -> float:
     """A prompt's KV cache over the link between the two replicas: NVLink when both fit one
-    scale-up domain, the scale-out network (per chip of the sender) otherwise."""
+    scale-up domain, the scale-out network (per chip of the sender) otherwise; ``link_gbs``:
+    that link's bandwidth per chip instead of the hardware's."""
     hw = decode.hardware
     chips = decode.chips + prefill_chips
     link = hw.interconnect_gbs if chips <= hw.scale_up_domain else hw.scale_out_gbs
+    if link_gbs is not None:
+        link = link_gbs
     latency = hw.interconnect_latency_us if chips <= hw.scale_up_domain \
         else hw.scale_out_latency_us
     kv = prompt_tokens * decode.kv_bytes_per_token

@@ -37,8 +37,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .lora import LoraSlots
 from .perf import Placement, prefill_attention_context
 from .prefix_cache import PrefixCache, PrefixKey
+from .step_memo import StepMemo
 from .stretch import stretch
 
 
@@ -94,6 +96,9 @@ class Sequence:
     cache_entry: Any = None  # the cache chain it pins (backends.prefix_cache)
     kv_held: int = 0  # KV it holds itself (the rest of ``kv_reserved`` is shared cache)
     priority: int = 0  # a shared pool admits higher priorities first (fleet policy "priority")
+    lora: Any = None  # the LoRA adapter it runs on (backends.lora.LoraAdapter), None: the base
+    remote_kv_s: float = 0.0  # P/D: its KV comes from a prefill engine, this long once admitted
+    kv_ready_at: float = 0.0  # ... and is in from then on (backends.kv_transfer)
     state: str = WAITING
     prefilled: int = 0
     first_step: int = -1  # index of the step that produced token 0
@@ -126,7 +131,7 @@ class StepResult:
     slip: float = 0.0  # seconds a real-time host served it late: ``end`` includes them
 
 
-class Scheduler:
+class Scheduler(StepMemo):
     """One replica's continuous-batching state machine."""
 
     def __init__(self, placement: Placement, limits: Limits, background: Background) -> None:
@@ -155,6 +160,7 @@ class Scheduler:
         self._step_lines: dict[tuple[int, int, float], tuple[float, ...]] = {}
         self._stepwise = getattr(placement, "stepwise", False)  # no closed-form line
         self.cache: PrefixCache | None = PrefixCache() if limits.prefix_caching else None
+        self.lora: LoraSlots | None = None  # adapter slots (backends.lora), set by the spec
 
     # -- requests -------------------------------------------------------------------------
 
@@ -212,54 +218,11 @@ class Scheduler:
             self._lines.clear()  # the memoised step lines depend on the prefill riding along
         self.background = background
 
-    def _line(self, batch: int) -> tuple[float, ...]:
-        """``decode_line`` of a batch of ``batch`` decoding sequences (background included)."""
-        line = self._lines.get(batch)
-        if line is None:
-            bg = self.background
-            line = self._lines[batch] = self.placement.decode_line(
-                batch, bg.prefill_tokens_per_step, bg.prefill_context
-            )
-        return line
-
-    def step_seconds(
-        self, batch: int, ctx: float, prefill_tokens: int, prefill_ctx: float
-    ) -> float:
-        """``Placement.step_seconds`` through a memo of its line in the decode context: steps
-        with the same batch and prompt chunk (most, in a workload of few lengths) then cost a
-        few float operations instead of a roofline evaluation (bounded memo)."""
-        if self._stepwise:
-            return self.placement.step_seconds(batch, ctx, prefill_tokens, prefill_ctx)
-        key = (batch, prefill_tokens, prefill_ctx)
-        memo = self._step_lines
-        line = memo.get(key)
-        if line is None:
-            if len(memo) >= 4096:
-                memo.clear()
-            line = memo[key] = self.placement.decode_line(batch, prefill_tokens, prefill_ctx)
-        w, c0, c1, k1, floor, fixed = line
-        x = c0 + c1 * ctx
-        core = (w if w > x else x) + k1 * ctx
-        return (core if core > floor else floor) + fixed
-
-    def decode_estimate(self) -> float:
-        """Seconds of a decode step of the batch as it is (no prompt of ours riding along): how
-        long one token of the other tenants takes now."""
-        bg = self.background
-        batch = max(1, self.running + bg.seqs)
-        ctx = self._decode_ctx + bg.kv_tokens
-        if self._stepwise:
-            return self.placement.step_seconds(
-                batch, ctx, bg.prefill_tokens_per_step, bg.prefill_context
-            )
-        w, c0, c1, k1, floor, fixed = self._line(batch)
-        x = c0 + c1 * ctx
-        core = (w if w > x else x) + k1 * ctx
-        return (core if core > floor else floor) + fixed
-
     def _unpin(self, seq: Sequence, now: float) -> None:
         if self.cache is not None:
             self.cache.detach(seq, now)
+        if self.lora is not None:
+            self.lora.leave(seq)  # every way out of the engine passes here
 
     def cancel(self, seq: Sequence) -> None:
         """Cancel a sequence; it leaves the batch (and frees its KV) when the next step is planned."""
@@ -309,8 +272,12 @@ class Scheduler:
         kv_free = self.kv_capacity - bg.kv_tokens - self._kv_used
         if cache is not None:
             kv_free -= cache.size
-        while self.waiting and slots > 0:
-            seq = self.waiting[0]
+        gate, passed = self.lora, 0  # passed over: their adapter cannot join (backends.lora)
+        while len(self.waiting) > passed and slots > 0:
+            seq = self.waiting[passed]
+            if gate is not None and not gate.admits(seq):
+                passed += 1
+                continue
             need = seq.kv_reserved - seq.cache_hit
             if need > kv_free and cache is not None:
                 kv_free += cache.evict(need - kv_free)  # memory pressure: LRU prefixes go
@@ -320,9 +287,12 @@ class Scheduler:
                     kv_free += cache.evict(need - kv_free)
             if need > kv_free:
                 break  # strict FCFS: nobody overtakes the head of the queue
-            self.waiting.popleft()
+            del self.waiting[passed]  # the head (O(1)) unless LoRA requests were passed over
+            if gate is not None:
+                gate.join(seq)
             seq.state = PREFILL
             seq.admitted_at = now
+            seq.kv_ready_at = now + seq.remote_kv_s  # P/D: its KV crosses from now on
             seq.prefilled = seq.cached_tokens
             self.prefilling.append(seq)
             seq.kv_held = need
@@ -344,6 +314,8 @@ class Scheduler:
         prefill_ctx = bg.prefill_context
         chunks: list[tuple[Sequence, int]] = []
         for seq in self.prefilling:
+            if seq.kv_ready_at > now:  # its KV is still on its way (P/D): not computable yet
+                continue
             # Always let the oldest prompt make progress, even when decoders eat the budget.
             room = budget if budget > 0 else (1 if not chunks else 0)
             if room <= 0:
@@ -354,9 +326,15 @@ class Scheduler:
             prefill_ctx += prefill_attention_context(c, seq.prefilled)
             prefill_tokens += c
             budget -= c
+        if not chunks and not n_dec:  # only KV in flight (P/D): idle until the first is in
+            self.step_index = index
+            self.busy_until = until = min(s.kv_ready_at for s in self.prefilling)
+            return StepResult(index, now, until, 0, batch=bg.seqs)
         dt = self.step_seconds(
             n_dec + bg.seqs, self._decode_ctx + bg.kv_tokens, prefill_tokens, prefill_ctx
         )
+        if self.lora is not None and self.lora.active:
+            dt += self.lora.step_seconds(chunks, self.prefilling)
         end = now + dt
         result = StepResult(index, now, end, n_dec, batch=n_dec + bg.seqs + len(self.prefilling))
         # Decoders each produced a token; their context grows by one.
@@ -410,8 +388,8 @@ class Scheduler:
         """
         if self.prefilling or self._cancelled or not self.decoding:
             return False
-        if self._stepwise:  # no closed form (speculative decoding)
-            return False
+        if self._stepwise or (self.lora is not None and self.lora.active):
+            return False  # no closed form (speculative decoding; adapters' terms)
         if self.waiting and self.limits.max_batch - self.background.seqs - self.running > 0:
             return False
         return True

@@ -274,15 +274,18 @@ class Driver(ABC, Generic[R]):
         prefix: PrefixKey | None = None,
         priority: int = 0,
         replica: R | None = None,
+        lora: Any = None,
     ) -> Sequence:
         """Queue a request arriving ``now`` on the replica ``choose`` picks (``priority``: a
         shared pool admits higher priorities first); ``replica``: the one ``choose`` gave
-        the caller a moment ago, in the same event-loop turn (not chosen twice).
+        the caller a moment ago, in the same event-loop turn (not chosen twice); ``lora``:
+        the LoRA adapter it runs on (``backends.lora``).
 
         Raises ``TooLarge`` or ``Overloaded``; the sequence then never entered the engine.
         """
         seq = new_sequence(prompt_tokens, output_tokens, self.now, cached_tokens, tag, prefix)
         seq.priority = priority
+        seq.lora = lora
         if replica is None:
             replica = self.choose(deployment, seq.prefix, prompt_tokens)
         refused = replica.offer(seq)

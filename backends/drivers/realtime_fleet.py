@@ -72,13 +72,14 @@ class PoolHandle:
     def submit(
         self, prompt_tokens: int, output_tokens: int, cached_tokens: int = 0,
         prefix: PrefixKey | None = None, priority: int = 0,
-        replica: RealtimeReplica | None = None,
+        replica: RealtimeReplica | None = None, lora: Any = None,
     ) -> TokenStream:
         """Queue a request; raises Overloaded or TooLarge. ``priority``: the tier's;
-        ``replica``: what ``choose`` returned just before (no await in between)."""
+        ``replica``: what ``choose`` returned just before (no await in between); ``lora``:
+        the adapter it runs on (``backends.lora``)."""
         seq = self.driver.submit(
             self.spec.name, prompt_tokens, output_tokens, cached_tokens, prefix=prefix,
-            priority=priority, replica=replica,
+            priority=priority, replica=replica, lora=lora,
         )
         stream: TokenStream = seq.tag
         return stream

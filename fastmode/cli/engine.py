@@ -19,6 +19,8 @@ from pydantic import ValidationError
 from gateway.config import Config, ConfigError, load_config
 from gateway.engine_config import engine_config
 
+from . import _vllm_features
+
 # vLLM flag -> deployment field it sets
 _DEPLOYMENT_FLAGS = {
     "max_num_seqs": "max_batch",
@@ -30,6 +32,10 @@ _DEPLOYMENT_FLAGS = {
     "prefix_caching_hash_algo": "prefix_caching_hash_algo",
     "kv_events_config": "kv_events",
 }
+
+
+# the tables the LoRA and KV-transfer flags set (fastmode/cli/_vllm_features.py), for errors
+_FEATURE_FLAGS = {"lora_modules": "lora", "kv_transfer_config": "kv_transfer"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -71,6 +77,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="accepted: /sleep, /wake_up and /is_sleeping are always served")
     v.add_argument("--enable-request-id-headers", action="store_true",
                    help="accepted: an engine always echoes X-Request-Id")
+    _vllm_features.register(v)
     p.set_defaults(func=run)
 
 
@@ -89,16 +96,18 @@ def apply_flags(config: Config, args: argparse.Namespace) -> Config:
             updates["kv_events"] = json.loads(updates["kv_events"])
         except json.JSONDecodeError as exc:
             raise ConfigError(f"--kv-events-config: not valid JSON: {exc}") from None
+    dep = config.deployments[name]
+    updates.update(_vllm_features.updates(args, dep.model_dump(exclude_unset=True)))
     if not updates:
         return config
-    dep = config.deployments[name]
     try:
         new = type(dep).model_validate({**dep.model_dump(exclude_unset=True), **updates})
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err.get("loc", ())]
         field = loc[0] if loc else "?"
-        flag = next((f for f, d in _DEPLOYMENT_FLAGS.items() if d == field), field)
+        flag = next((f for f, d in {**_DEPLOYMENT_FLAGS, **_FEATURE_FLAGS}.items()
+                     if d == field), field)
         where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
         raise ConfigError(f"--{flag.replace('_', '-')}{where}: {err['msg']}") from None
     return config.model_copy(update={"deployments": {**config.deployments, name: new}})

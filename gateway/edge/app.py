@@ -29,7 +29,7 @@ from ..endpoints.background import Background
 from ..endpoints.models_api import add_routes as add_model_routes
 from ..endpoints.stored_chat_api import add_routes as add_stored_chat_routes
 from ..errors import APIError
-from ..observe import replica_health, vllm_metrics
+from ..observe import lora_metrics, replica_health, vllm_metrics
 from ..observe.host_lag import HostLag
 from ..observe.kv_events import KVEvents
 from ..pipeline.admission import Gateway
@@ -134,6 +134,7 @@ def create_app(config: Config | None = None, state: StateBackend | None = None) 
         health_of_replicas.attach()  # replica failures: counted, their turns answered
         lag.attach()  # replicas that slip: counted, logged
         vllm_metrics.install(gateway, set(config.remote.tiers))  # vllm:* names (engines' pods)
+        lora_metrics.install(gateway)  # vllm:lora_requests_info (deployments with adapters)
         kv_events.install(gateway)
         await remote.start()
         watchdog.start()

@@ -11,7 +11,10 @@ OpenAI's (``{"object": "list", "data": [...]}``, each ``{"id", "object": "model"
 "owned_by"}``), with fastmode's ``context_window`` and ``roles`` beside them.
 
 Every model of ``[routes]`` is listed, in the config's order; ``created`` / ``created_at`` is
-when the gateway started (a mock has no release dates).
+when the gateway started (a mock has no release dates). An engine (``fastmode engine``) adds
+vLLM's ``root``, ``parent`` and ``max_model_len`` to OpenAI's cards and lists its LoRA adapters
+after the models, each with ``parent`` = the model it adapts and ``root`` = its path, as vLLM's
+``/v1/models`` does.
 """
 
 from __future__ import annotations
@@ -67,8 +70,16 @@ def anthropic_page(ids: list[str], params: Mapping[str, str]) -> tuple[list[str]
 
 
 def add_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
+    engine = gateway.config.server.engine
+
     def openai_card(model: str) -> dict[str, Any]:
+        adapter = gateway.loras.get(model)
+        if adapter is not None:
+            card = openai_card(adapter.base_model)
+            return {**card, "id": model, "root": adapter.path, "parent": adapter.base_model}
         routed = gateway.router.route(model, "fast" if fast else "standard")  # 404 if unknown
+        vllm = ({"root": model, "parent": None, "max_model_len": routed.tier.context_window}
+                if engine else {})
         return {
             "id": model,
             "object": "model",
@@ -77,6 +88,7 @@ def add_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
             "context_window": routed.tier.context_window,
             # the roles the model offers (its tiers' names are the config's own, never shown)
             "roles": sorted(gateway.config.routes[gateway.config.route_of(model) or model].roles()),
+            **vllm,
         }
 
     def anthropic_card(model: str) -> dict[str, Any]:
@@ -97,8 +109,8 @@ def add_routes(app: FastAPI, gateway: Gateway, prefix: str, fast: bool) -> None:
     @app.get(prefix + "/models")
     async def list_models(request: Request) -> Response:
         if not is_anthropic(request.headers):
-            return json_response({"object": "list",
-                                  "data": [openai_card(m) for m in gateway.models]})
+            ids = [*gateway.models, *gateway.loras.bases]  # the adapters after the models
+            return json_response({"object": "list", "data": [openai_card(m) for m in ids]})
         try:
             page, more = anthropic_page(list(gateway.models), request.query_params)
         except APIError as exc:

@@ -34,6 +34,7 @@ from backends.token_ids import tool_dict
 from ..edge.json_response import json_response
 from ..errors import bad_request
 from ..pipeline.admission import Gateway
+from . import lora_api
 
 
 class _Body(BaseModel):
@@ -162,3 +163,5 @@ def add_routes(app: FastAPI, gateway: Gateway) -> None:
     @app.get("/is_sleeping")
     async def is_sleeping() -> Response:
         return json_response({"is_sleeping": sleep.asleep})
+
+    lora_api.add_routes(app, gateway)  # /v1/load_lora_adapter, /v1/unload_lora_adapter

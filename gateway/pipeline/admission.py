@@ -38,6 +38,7 @@ from .auth import Authenticator
 from .decision import Decision, decide
 from .engine_admission import EngineAdmission
 from .job import Job
+from .lora_registry import LoraRegistry
 from .request import TurnRequest
 from .routing import Router, busy
 from .settlement import settle
@@ -62,6 +63,9 @@ class Gateway:
         self.spec: EngineSpec = build(config.sim())
         self.router = Router(config, self.spec)
         self.engine = EngineAdmission(self.spec, config.server)
+        # LoRA adapters served as models of their own (gateway.pipeline.lora_registry)
+        self.engine.loras = self.loras = LoraRegistry(config, self.spec)
+        self.router.adapters = self.loras.bases
         self.metrics = Metrics(self.engine.replica_states)
         self.state = state or open_state(config.state.path, config.state.flush_interval_s,
                                          config.state.redis_url, config.state.timeout_s,

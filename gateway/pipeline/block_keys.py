@@ -29,5 +29,8 @@ def prompt_ids(vocab: Vocabulary, request: TurnRequest) -> list[int]:
     return fit(ids, request.prompt_tokens, request.model.encode())
 
 
-def block_prefix(vocab: Vocabulary, request: TurnRequest, hasher: BlockHasher) -> PrefixKey | None:
-    return hasher.key(prompt_ids(vocab, request))
+def block_prefix(vocab: Vocabulary, request: TurnRequest, hasher: BlockHasher,
+                 adapter: str | None = None) -> PrefixKey | None:
+    """``adapter``: the LoRA adapter the request runs on, hashed into every block as vLLM's
+    extra key (``(name,)``), so an adapter's blocks are its own."""
+    return hasher.key(prompt_ids(vocab, request), (adapter,) if adapter is not None else None)

@@ -23,6 +23,7 @@ from backends.drivers import (
     TooLarge,
 )
 from backends.engine import EngineSpec, Tier
+from backends.lora import LoraAdapter
 from backends.mockmodel import Generation, generate
 from backends.prefix_cache import PrefixKey
 from backends.scheduler import Scheduler, StepResult
@@ -37,11 +38,13 @@ from . import overflow
 from .block_keys import block_prefix
 from .caching import cache_writes
 from .job import Job
+from .kv_transfer import KVTransfer
 from .request import TurnRequest
 from .tickets import Refused, Ticket
 
 if TYPE_CHECKING:
     from ..testing import TestScopes
+    from .lora_registry import LoraRegistry
 
 
 class EngineAdmission:
@@ -56,6 +59,8 @@ class EngineAdmission:
         self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
         self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
         self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
+        self.loras: LoraRegistry | None = None  # LoRA adapters (gateway.pipeline.lora_registry)
+        self.kv = KVTransfer()  # P/D across engines: vLLM's kv_transfer_params
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -112,10 +117,16 @@ class EngineAdmission:
             raise Refused(self.server.retry_after_s)
         prompt = request.prompt_tokens
         prefix = request.prefix
-        if tier.deployment.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
-            prefix = block_prefix(self.vocabulary, request, tier.deployment.kv_blocks)
-        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), request.cached_tokens,
-                              prefix)
+        lora = self.loras.get(request.model) if self.loras is not None else None
+        dep = tier.deployment
+        if dep.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
+            prefix = block_prefix(self.vocabulary, request, dep.kv_blocks,
+                                  lora.name if lora is not None else None)
+        remote = self.kv.remote_prefill(request.kv_transfer, dep, prompt)  # P/D: a decoder's
+        cached = request.cached_tokens if remote is None else remote.tokens
+        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), cached, prefix, lora)
+        if remote is not None:  # read when it is admitted, at the replica's next step
+            stream.seq.remote_kv_s = remote.seconds
         decision = ticket.decision
         job = Job(
             id=new_id("req"),
@@ -134,6 +145,9 @@ class EngineAdmission:
             prices=ticket.prices,
         )
         job.cache_write_tokens, job.cache_write_long_tokens = cache_writes(prefix, stream)
+        job.kv_transfer_asked = request.kv_transfer is not None
+        if self.kv.hands_over(request.kv_transfer, dep) and gen.finish_reason == "length":
+            job.kv_transfer_params = self.kv.prefill_params(dep, job.id, prompt)
         stream.tag = job  # the engine-side metrics read the reply's finish reason (vllm_metrics)
         stream.interval = tier.stream_interval  # tokens per event (read before the first wait)
         if gen.reasoning_tokens:
@@ -167,7 +181,8 @@ class EngineAdmission:
         return gen
 
     def _submit(self, tier: Tier, prompt: int, output: int, cached: int,
-                prefix: PrefixKey | None = None) -> TokenStream:
+                prefix: PrefixKey | None = None, lora: LoraAdapter | None = None
+                ) -> TokenStream:
         """Queue the request, or raise ``Refused`` with the modeled time a retry would wait
         for: when the least-loaded replica's queue is full, or its modeled wait is over
         ``server.max_queue_wait_s``."""
@@ -181,7 +196,7 @@ class EngineAdmission:
             wait = wait_steps * step_s
             raise Refused(wait - bound, wait)
         try:
-            return dep.submit(prompt, output, cached, prefix, tier.priority, replica)
+            return dep.submit(prompt, output, cached, prefix, tier.priority, replica, lora)
         except Overloaded:
             self.queues.forget(sched)
             raise Refused(overflow.until_slot_frees(dep),

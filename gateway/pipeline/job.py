@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from backends.engine import Tier
 from backends.pricing import Prices
@@ -57,6 +58,10 @@ class Job:
     generated: int = 0  # set at settlement: tokens the engine produced before the end was seen
     billed_output: int = 0  # set at settlement: output tokens billed
     detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
+    # vLLM's kv_transfer_params in the answer, when the request sent some (None: null)
+    # (gateway.pipeline.kv_transfer)
+    kv_transfer_asked: bool = False
+    kv_transfer_params: dict[str, Any] | None = None
 
     @property
     def delivered(self) -> int:

@@ -41,3 +41,5 @@ class TurnRequest:
     own_count: bool = False
     # a plain prompt (legacy Completions: text or token ids), hashed in blocks as it is sent
     raw_prompt: str | list[int] | None = None
+    # vLLM's ``kv_transfer_params`` (P/D across engines: gateway.pipeline.kv_transfer)
+    kv_transfer: dict[str, Any] | None = None

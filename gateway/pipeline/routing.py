@@ -58,6 +58,9 @@ class Router:
         self.pricing = {m: PriceRule.of_route(r, reference) for m, r in config.routes.items()}
         # (model, role asked) -> Routed: the config is fixed, so a route is resolved once
         self._routed: dict[tuple[str, str], Routed] = {}
+        # LoRA adapter -> the model id it adapts: served as that model's route
+        # (gateway.pipeline.lora_registry keeps it)
+        self.adapters: dict[str, str] = {}
 
     @property
     def models(self) -> list[str]:
@@ -74,8 +77,15 @@ class Router:
                 self._routed[(model, asked)] = routed
         return routed
 
+    def forget(self, model: str) -> None:
+        """``model`` (an unloaded adapter) resolves anew from now on."""
+        for k in [k for k in self._routed if k[0] == model]:
+            del self._routed[k]
+
     def _route(self, model: str, asked: str, param: str) -> Routed:
         key = self.config.route_of(model)
+        if key is None and model in self.adapters:
+            key = self.config.route_of(self.adapters[model])
         if key is None:
             raise APIError(
                 404,

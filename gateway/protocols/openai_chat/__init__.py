@@ -79,6 +79,7 @@ class ChatProtocol(Protocol):
             messages=messages,
             prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
+            kv_transfer=req.kv_transfer_params,
         )
 
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:

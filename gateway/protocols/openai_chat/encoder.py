@@ -106,6 +106,7 @@ class ChatEncoder(Encoder):
             }],
             "usage": chat_usage(job),
             "time_info": job.time_info(),
+            **({"kv_transfer_params": job.kv_transfer_params} if job.kv_transfer_asked else {}),
         }
 
     # -- streaming ------------------------------------------------------------------------

@@ -90,6 +90,7 @@ class ChatRequest(Lenient):
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     store: StrictBool | None = None  # keep the completion (gateway.stored_chat)
     metadata: dict[str, str] | None = None  # kept with it (16 pairs at most: checked there)
+    kv_transfer_params: dict[str, Any] | None = None  # vLLM's P/D exchange (an engine's)
 
     @field_validator("stop")
     @classmethod

@@ -93,6 +93,7 @@ class CompletionsProtocol(Protocol):
             prefix=text_prefix(prompt, tokens, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
             raw_prompt=prompt,
+            kv_transfer=req.kv_transfer_params,
         )
 
     def encoder(self, job: Job, req: CompletionsRequest, turn: TurnRequest) -> CompletionsEncoder:

@@ -109,6 +109,7 @@ class CompletionsEncoder(Encoder):
                          "finish_reason": job.gen.finish_reason}],
             "usage": completion_usage(job),
             "time_info": job.time_info(),
+            **({"kv_transfer_params": job.kv_transfer_params} if job.kv_transfer_asked else {}),
         }
 
     def failed(self, error: APIError) -> Frames:

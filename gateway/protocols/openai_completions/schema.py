@@ -7,7 +7,7 @@ The fields load tools send: ``vllm bench serve`` posts ``model``, ``prompt``, ``
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
@@ -37,6 +37,7 @@ class CompletionsRequest(Lenient):
     ignore_eos: StrictBool = False  # vLLM's extension: exactly max_tokens (benchmarks)
     prompt_cache_key: str | None = Field(None, max_length=1024)
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    kv_transfer_params: dict[str, Any] | None = None  # vLLM's P/D exchange (an engine's)
 
     @field_validator("stop")
     @classmethod
