@@ -20,9 +20,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .background import Background
 from .perf import Placement
 from .pricing import hardware_cost_per_token
-from .scheduler import Background
 
 
 @dataclass(frozen=True)

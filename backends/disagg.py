@@ -24,11 +24,11 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
+from .background import Background
 from .perf import Placement
 from .perf_modes import kv_transfer_seconds
 from .scheduler import (
     CANCELLED,
-    Background,
     Limits,
     Scheduler,
     Sequence,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from .background import Background
 from .block_hash import BlockHasher
 from .calibrate.engines import REFERENCE_ENGINE, load_engines
 from .config import BehaviorConfig, DeploymentConfig, SimConfig
@@ -24,7 +25,7 @@ from .prefix_cache import CacheRouting
 from .pricing import Prices, hardware_cost_per_token
 from .profiles import Catalog, HardwareProfile
 from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
-from .scheduler import Background, Limits, Scheduler
+from .scheduler import Limits, Scheduler
 from .speculative import mtp_draft, speculative_placement
 from .tenants import TenantDemand, TenantInput, equilibrium
 

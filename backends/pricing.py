@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .background import Background
 from .perf import Placement
-from .scheduler import Background
 
 
 @dataclass(frozen=True)

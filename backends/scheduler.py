@@ -37,6 +37,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from .background import Background
 from .lora import LoraSlots
 from .perf import Placement, prefill_attention_context
 from .prefix_cache import PrefixCache, PrefixKey
@@ -52,24 +53,6 @@ class Limits:
     max_batched_tokens: int = 8192  # tokens per step, decode + prefill [max_num_batched_tokens]
     max_waiting: int = 1024  # waiting-queue bound; beyond it a request is refused (overload)
     prefix_caching: bool = True  # keep computed prompt prefixes [enable_prefix_caching]
-
-
-@dataclass(frozen=True)
-class Background:
-    """Other tenants' steady load on a replica: traffic we do not see but share the GPU with."""
-
-    seqs: int = 0  # sequences of other tenants decoding in every step
-    context_tokens: int = 0  # their mean context length
-    prefill_tokens_per_step: int = 0  # their prompt tokens riding along in every step
-
-    @property
-    def kv_tokens(self) -> int:
-        return self.seqs * self.context_tokens
-
-    @property
-    def prefill_context(self) -> float:
-        """Context their prompt tokens attend to: each chunk lands mid-way into its prompt."""
-        return prefill_attention_context(self.prefill_tokens_per_step, self.context_tokens // 2)
 
 
 WAITING, PREFILL, DECODE, FINISHED, CANCELLED = (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .perf import Placement
 
 if TYPE_CHECKING:
-    from .scheduler import Background
+    from .background import Background
 
 
 class StepMemo:

@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .background import Background
 from .perf import Placement
 from .pricing import operating_step_seconds
-from .scheduler import Background, Limits, Scheduler
+from .scheduler import Limits, Scheduler
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from backends.background import Background
 from backends.lora import LoraSlots, LoraSpec, adapter_params, copy_seconds, make_adapter
 from backends.perf import Placement
 from backends.profiles import Catalog
-from backends.scheduler import FINISHED, WAITING, Background, Limits, Scheduler, Sequence
+from backends.scheduler import FINISHED, WAITING, Limits, Scheduler, Sequence
 from backends.sleep import PCIE5_GBS
 
 CAT = Catalog.builtin()

@@ -17,6 +17,7 @@ import math
 
 import pytest
 
+from backends.background import Background
 from backends.calibrate import Figure, predict_figure
 from backends.calibrate.figures import is_offline_waves, placement, workload
 from backends.perf import Placement
@@ -27,7 +28,7 @@ from backends.perf_serving import (
     waves_throughput,
 )
 from backends.profiles import Catalog, ProfileError
-from backends.scheduler import Background, Limits, Scheduler, Sequence
+from backends.scheduler import Limits, Scheduler, Sequence
 
 CAT = Catalog.builtin()
 PROMPT, OUTPUT, BUDGET = 1024, 1024, 8192
