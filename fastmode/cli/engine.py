@@ -50,8 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--replicas", "--data-parallel-size", "-dp", type=int, dest="replicas",
-                   help="replicas in this process, each its own scheduler (vLLM: data-parallel "
-                        "ranks; default: the deployment's `replicas`)")
+                   help="data-parallel ranks in this process, each its own scheduler; a request "
+                        "goes to the least loaded (4 x waiting + running) or to the rank its "
+                        "X-data-parallel-rank header names (default: the deployment's "
+                        "`replicas`)")
     p.add_argument("--log-level", "--uvicorn-log-level", default="warning", dest="log_level",
                    help="uvicorn log level (default warning)")
     v = p.add_argument_group("vLLM engine arguments (mapped onto the deployment)")
