@@ -110,6 +110,8 @@ def apply_flags(config: Config, args: argparse.Namespace) -> Config:
         field = loc[0] if loc else "?"
         flag = next((f for f, d in {**_DEPLOYMENT_FLAGS, **_FEATURE_FLAGS}.items()
                      if d == field), field)
+        if field == "lora" and len(loc) > 1 and loc[1] in ("max_loras", "max_lora_rank"):
+            flag = loc[1]  # the table's own flag
         where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
         raise ConfigError(f"--{flag.replace('_', '-')}{where}: {err['msg']}") from None
     return config.model_copy(update={"deployments": {**config.deployments, name: new}})

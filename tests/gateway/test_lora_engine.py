@@ -213,7 +213,7 @@ def test_runtime_load_and_unload_in_vllms_shapes(monkeypatch: pytest.MonkeyPatch
     (("--lora-modules", "{not json"), "--lora-modules"),
     (("--lora-modules", '{"name": "a", "path": "/a", "rank": 32}'), "max_lora_rank"),
     (("--enable-lora", "--max-lora-rank", "12"), "max_lora_rank"),
-    (("--enable-lora", "--max-loras", "0"), "max_loras"),
+    (("--enable-lora", "--max-loras", "0"), "--max-loras"),
 ])
 def test_bad_lora_flags_name_the_flag(flags: tuple[str, ...], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
