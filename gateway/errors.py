@@ -33,7 +33,7 @@ class APIError(Exception):
         message: str,
         *,
         param: str | None = None,
-        code: str | None = None,
+        code: str | int | None = None,  # vLLM's errors carry the status (an engine's)
         type: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:

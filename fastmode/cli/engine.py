@@ -50,8 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="port (default: config server.port, 8000)")
     p.add_argument("--config", help="TOML config file (default: the built-in one)")
     p.add_argument("--replicas", "--data-parallel-size", "-dp", type=int, dest="replicas",
-                   help="replicas in this process, each its own scheduler (vLLM: data-parallel "
-                        "ranks; default: the deployment's `replicas`)")
+                   help="data-parallel ranks in this process, each its own scheduler; a request "
+                        "goes to the least loaded (4 x waiting + running) or to the rank its "
+                        "X-data-parallel-rank header names (default: the deployment's "
+                        "`replicas`)")
     p.add_argument("--log-level", "--uvicorn-log-level", default="warning", dest="log_level",
                    help="uvicorn log level (default warning)")
     v = p.add_argument_group("vLLM engine arguments (mapped onto the deployment)")
@@ -108,6 +110,8 @@ def apply_flags(config: Config, args: argparse.Namespace) -> Config:
         field = loc[0] if loc else "?"
         flag = next((f for f, d in {**_DEPLOYMENT_FLAGS, **_FEATURE_FLAGS}.items()
                      if d == field), field)
+        if field == "lora" and len(loc) > 1 and loc[1] in ("max_loras", "max_lora_rank"):
+            flag = loc[1]  # the table's own flag
         where = f" ({'.'.join(loc[1:])})" if len(loc) > 1 else ""
         raise ConfigError(f"--{flag.replace('_', '-')}{where}: {err['msg']}") from None
     return config.model_copy(update={"deployments": {**config.deployments, name: new}})

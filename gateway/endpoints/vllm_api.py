@@ -13,6 +13,8 @@
   ``backends.sleep``): asleep, model requests answer 503; ``/wake_up`` returns once the
   modeled copy of the weights back to the chips is over (its seconds in
   ``x-fastmode-wake-seconds``).
+* ``POST /v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter`` (``lora_api``, when run-time
+  LoRA updates are allowed) and the render routes (``render_api``).
 
 Errors are OpenAI's ``{"error": {...}}`` body, as vLLM's are.
 """
@@ -34,7 +36,7 @@ from backends.token_ids import tool_dict
 from ..edge.json_response import json_response
 from ..errors import bad_request
 from ..pipeline.admission import Gateway
-from . import lora_api
+from . import lora_api, render_api
 
 
 class _Body(BaseModel):
@@ -165,3 +167,4 @@ def add_routes(app: FastAPI, gateway: Gateway) -> None:
         return json_response({"is_sleeping": sleep.asleep})
 
     lora_api.add_routes(app, gateway)  # /v1/load_lora_adapter, /v1/unload_lora_adapter
+    render_api.add_routes(app, gateway)  # /v1/chat/completions/render, /v1/completions/render

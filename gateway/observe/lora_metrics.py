@@ -63,9 +63,9 @@ class LoraInfo:
         lines = [f"# HELP {NAME} {HELP}\n# TYPE {NAME} gauge\n"]
         for (max_lora, waiting, running), value in self.series.items():
             text: str = floatToGoString(value)  # type: ignore[no-untyped-call]
-            lines.append(f'{NAME}{{max_lora="{max_lora}",running_lora_adapters='
-                         f'"{_escape(running)}",waiting_lora_adapters="{_escape(waiting)}"}} '
-                         f'{text}\n')
+            lines.append(f'{NAME}{{max_lora="{max_lora}",waiting_lora_adapters='
+                         f'"{_escape(waiting)}",running_lora_adapters="{_escape(running)}"}} '
+                         f'{text}\n')  # vLLM's label order
         return "".join(lines).encode()
 
 

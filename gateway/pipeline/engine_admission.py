@@ -34,7 +34,7 @@ from ..config import ServerConfig
 from ..edge.netem import network_time
 from ..errors import APIError
 from ..stored.ids import new_id
-from . import overflow
+from . import data_parallel, overflow
 from .block_keys import block_prefix
 from .caching import cache_writes
 from .job import Job
@@ -124,7 +124,8 @@ class EngineAdmission:
                                   lora.name if lora is not None else None)
         remote = self.kv.remote_prefill(request.kv_transfer, dep, prompt)  # P/D: a decoder's
         cached = request.cached_tokens if remote is None else remote.tokens
-        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), cached, prefix, lora)
+        stream = self._submit(tier, prompt, max(gen.output_tokens, 1), cached, prefix, lora,
+                              request.dp_rank)
         if remote is not None:  # read when it is admitted, at the replica's next step
             stream.seq.remote_kv_s = remote.seconds
         decision = ticket.decision
@@ -181,13 +182,16 @@ class EngineAdmission:
         return gen
 
     def _submit(self, tier: Tier, prompt: int, output: int, cached: int,
-                prefix: PrefixKey | None = None, lora: LoraAdapter | None = None
-                ) -> TokenStream:
+                prefix: PrefixKey | None = None, lora: LoraAdapter | None = None,
+                dp_rank: str | None = None) -> TokenStream:
         """Queue the request, or raise ``Refused`` with the modeled time a retry would wait
         for: when the least-loaded replica's queue is full, or its modeled wait is over
         ``server.max_queue_wait_s``."""
         dep = self.deployments[tier.deployment.name]
-        replica = dep.choose(prefix, prompt)  # the replica the driver will pick
+        if self.server.engine:  # vLLM's data-parallel ranks (gateway.pipeline.data_parallel)
+            replica = data_parallel.pick(dep.replicas, dp_rank)
+        else:
+            replica = dep.choose(prefix, prompt)  # the replica the driver will pick
         sched = replica.scheduler
         wait_steps, _ = self.queues.wait_steps(sched)
         step_s = self.step_seconds(sched)

@@ -43,3 +43,5 @@ class TurnRequest:
     raw_prompt: str | list[int] | None = None
     # vLLM's ``kv_transfer_params`` (P/D across engines: gateway.pipeline.kv_transfer)
     kv_transfer: dict[str, Any] | None = None
+    # vLLM's X-data-parallel-rank header, as sent (gateway.pipeline.data_parallel)
+    dp_rank: str | None = None

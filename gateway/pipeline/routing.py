@@ -86,6 +86,9 @@ class Router:
         key = self.config.route_of(model)
         if key is None and model in self.adapters:
             key = self.config.route_of(self.adapters[model])
+        if key is None and self.config.server.engine:  # vLLM's own answer
+            raise APIError(404, f"The model `{model}` does not exist.", param="model",
+                           code=404, type="NotFoundError")
         if key is None:
             raise APIError(
                 404,

@@ -63,7 +63,8 @@ def rejection_row(request_id: str, turn: TurnRequest, error: APIError, *, protoc
         request_id=request_id, ts=time.time(), api_key=key_id(api_key) if api_key else "",
         model=turn.model,
         tier_requested=tier, tier_served=None, protocol=protocol, transport=transport,
-        status=error.status, ended=REJECTED, fault=fault, detail=error.code,
+        status=error.status, ended=REJECTED, fault=fault,
+        detail=None if error.code is None else str(error.code),
     )
 
 

@@ -1,12 +1,15 @@
-"""deploy/k8s: every object valid against the Kubernetes API schemas (offline, with the
-kubernetes-validate package), and the manifests consistent with the project: the commands parse
-with the real `fastmode` parser, the config they mount loads, every deployment of the config
-has an engine Deployment and Service, every upstream and the Redis URL name a Service on its
-port, probes hit routes the app serves, selectors match pod labels."""
+"""deploy/: every object of every kustomization (deploy/k8s, the gateway and its engines;
+deploy/k8s-pd, a P/D pool with LoRA adapters) valid against the Kubernetes API schemas (offline,
+with the kubernetes-validate package), and the manifests consistent with the project: the
+commands parse with the real `fastmode` parser, the config they mount loads, every deployment of
+the config has an engine Deployment and Service, every upstream and the Redis URL name a Service
+on its port, probes hit routes the app serves, selectors match pod labels, every KV-event socket
+an engine binds is a port of its pod and its Service."""
 
 from __future__ import annotations
 
 import copy
+import json
 import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -16,27 +19,35 @@ import pytest
 import yaml
 
 from fastmode.cli import build_parser
+from fastmode.cli.engine import apply_flags
 from gateway.config import load_config
 from gateway.edge.app import create_app
+from gateway.engine_config import engine_config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
+PD = ROOT / "deploy" / "k8s-pd"
+KUSTOMIZATIONS = (K8S, PD)
 KUBE_VERSION = "1.30"
 
 
-def kustomization() -> dict:
-    return yaml.safe_load((K8S / "kustomization.yaml").read_text())
+def kustomization(where: Path = K8S) -> dict:
+    return yaml.safe_load((where / "kustomization.yaml").read_text())
 
 
-def objects() -> list[dict]:
+def objects(where: Path = K8S) -> list[dict]:
     """The objects kustomize would emit: the resources, and the generated ConfigMap."""
-    k = kustomization()
-    out = [d for f in k["resources"] for d in yaml.safe_load_all((K8S / f).read_text()) if d]
-    for gen in k["configMapGenerator"]:
-        data = {Path(f).name: (K8S / f).read_text() for f in gen["files"]}
+    k = kustomization(where)
+    out = [d for f in k["resources"] for d in yaml.safe_load_all((where / f).read_text()) if d]
+    for gen in k.get("configMapGenerator", []):
+        data = {Path(f).name: (where / f).read_text() for f in gen["files"]}
         out.append({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": gen["name"]}, "data": data})
     return out
+
+
+def every_object() -> list[dict]:
+    return [o for where in KUSTOMIZATIONS for o in objects(where)]
 
 
 def by_kind(kind: str) -> list[dict]:
@@ -47,7 +58,13 @@ def containers(dep: dict) -> list[dict]:
     return dep["spec"]["template"]["spec"]["containers"]
 
 
-@pytest.mark.parametrize("obj", objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_every_kustomization_of_deploy_is_checked() -> None:
+    found = {p.parent for p in (ROOT / "deploy").rglob("kustomization.yaml")}
+    assert found == set(KUSTOMIZATIONS)
+
+
+@pytest.mark.parametrize("obj", every_object(),
+                         ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
 def test_valid_against_the_kubernetes_schemas(obj: dict) -> None:
     kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 
@@ -134,3 +151,61 @@ def test_engine_pods_are_selectable_by_an_inference_pool() -> None:
             labels = dep["spec"]["template"]["metadata"]["labels"]
             assert labels["fastmode.dev/deployment"] in load_config(
                 K8S / "fastmode.toml").deployments
+
+
+def engine_containers(where: Path) -> list[tuple[dict, dict, dict]]:
+    """(Deployment, container, its Service) of every fastmode engine of a kustomization."""
+    services = {s["metadata"]["name"]: s for s in objects(where) if s["kind"] == "Service"}
+    return [(d, c, services[d["metadata"]["name"]])
+            for d in objects(where) if d["kind"] == "Deployment"
+            for c in containers(d) if c["command"][:2] == ["fastmode", "engine"]]
+
+
+@pytest.mark.parametrize("where", KUSTOMIZATIONS, ids=lambda p: p.name)
+def test_kv_event_sockets_are_ports_of_the_pod_and_its_service(where: Path) -> None:
+    """A KV-aware router subscribes to each pod's PUB socket and asks its replay socket: both
+    ports bound by --kv-events-config are container ports and Service ports."""
+    checked = 0
+    for _, c, svc in engine_containers(where):
+        args, _ = build_parser().parse_known_args(c["command"][1:])
+        if args.kv_events_config is None:
+            continue
+        events = json.loads(args.kv_events_config)
+        assert events["enable_kv_cache_events"] and events["publisher"] == "zmq"
+        pod = {p["containerPort"] for p in c["ports"]}
+        served = {p["port"] for p in svc["spec"]["ports"]}
+        for key in ("endpoint", "replay_endpoint"):
+            port = int(events[key].rsplit(":", 1)[1])
+            assert port in pod and port in served, (key, port)
+        checked += 1
+    assert checked
+
+
+def test_pd_pool_engines_start_with_their_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """deploy/k8s-pd's commands, with their environment, make engines with the NIXL connector,
+    the two adapters listed under the served name, run-time loading on and the NIXL side
+    channel's port exposed; prefill and decode pods differ only in their role label."""
+    pods = engine_containers(PD)
+    assert {d["metadata"]["labels"]["llm-d.ai/role"] for d, _, _ in pods} == {"prefill",
+                                                                            "decode"}
+    assert len({tuple(c["command"]) for _, c, _ in pods}) == 1
+    for _, c, svc in pods:
+        args, extra = build_parser().parse_known_args(c["command"][1:])
+        assert extra == []  # every flag is one fastmode reads
+        for e in c.get("env", []):
+            monkeypatch.setenv(e["name"], e["value"])
+        cfg = engine_config(apply_flags(load_config(args.config), args), args.deployment,
+                            args.replicas, args.served_model_name)
+        dep = cfg.deployments[args.deployment]
+        assert dep.kv_transfer is not None and dep.kv_transfer.on
+        assert dep.lora is not None and dep.lora.runtime_updating
+        assert [m.name for m in dep.lora.modules] == ["sql", "support"]
+        app = create_app(cfg)
+        paths = {r.path for r in app.routes}
+        assert {"/v1/load_lora_adapter", "/v1/chat/completions/render"} <= paths
+        assert list(cfg.routes) == args.served_model_name
+        nixl = dep.kv_transfer.side_channel_port
+        assert nixl in {p["containerPort"] for p in c["ports"]}
+        assert nixl in {p["port"] for p in svc["spec"]["ports"]}
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert c[probe]["httpGet"]["path"] in paths

@@ -19,7 +19,7 @@ from backends.perf import prefill_attention_context
 from backends.perf_modes import kv_transfer_seconds
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
-from gateway.config import Config, load_config
+from gateway.config import Config, ConfigError, load_config
 from gateway.engine_config import engine_config
 
 DEPLOYMENT = "oss"
@@ -141,6 +141,13 @@ def test_without_a_connector_the_params_are_ignored() -> None:
             assert d.json()["usage"]["prompt_tokens_details"]["cached_tokens"] < len(PROMPT) - 1
 
     run_app_virtual(main)
+
+
+@pytest.mark.parametrize("text", ['{"kv_connector": ', '{"kv_connector": "NixlConnector", '
+                                  '"kv_role": "kv_everything"}', '{"link_gbs": 0}'])
+def test_bad_kv_transfer_config_names_the_flag(text: str) -> None:
+    with pytest.raises(ConfigError, match="--kv-transfer-config"):
+        engine("--kv-transfer-config", text)
 
 
 @pytest.mark.parametrize("params,param", [

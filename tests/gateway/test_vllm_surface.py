@@ -181,5 +181,6 @@ def test_engine_help_reads_like_vllm_serve(capsys) -> None:
         build_parser().parse_args(["engine", "--help"])
     out = capsys.readouterr().out
     for flag in ("--max-num-seqs", "--served-model-name", "--tensor-parallel-size",
-                 "--enable-prefix-caching", "--data-parallel-size"):
+                 "--enable-prefix-caching", "--data-parallel-size", "--enable-lora",
+                 "--lora-modules", "--max-loras", "--max-lora-rank", "--kv-transfer-config"):
         assert flag in out

@@ -80,6 +80,7 @@ class ChatProtocol(Protocol):
             prefix=chat_prefix(messages, tools, prompt, req.model, req.prompt_cache_key,
                                req.prompt_cache_retention),
             kv_transfer=req.kv_transfer_params,
+            dp_rank=ctx.headers.get("x-data-parallel-rank"),
         )
 
     def encoder(self, job: Job, req: ChatRequest, turn: TurnRequest) -> ChatEncoder:

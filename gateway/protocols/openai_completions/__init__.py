@@ -94,6 +94,7 @@ class CompletionsProtocol(Protocol):
                                req.prompt_cache_retention),
             raw_prompt=prompt,
             kv_transfer=req.kv_transfer_params,
+            dp_rank=ctx.headers.get("x-data-parallel-rank"),
         )
 
     def encoder(self, job: Job, req: CompletionsRequest, turn: TurnRequest) -> CompletionsEncoder:
