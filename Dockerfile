@@ -7,10 +7,6 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md* ./
-COPY workload ./workload
-COPY backends ./backends
-COPY gateway ./gateway
-COPY clients ./clients
 COPY fastmode ./fastmode
 RUN pip wheel --no-deps --wheel-dir /wheels .
 

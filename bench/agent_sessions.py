@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from clients.agent_cli import README, Session, run_session
+from fastmode.clients.agent_cli import README, Session, run_session
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / "tests" / "agents" / "node_modules" / ".bin"

@@ -1,6 +1,6 @@
 """How well the performance model predicts published measurements.
 
-Evaluates every figure of the public calibration set (backends/data/measurements/published.toml)
+Evaluates every figure of the public calibration set (fastmode/backends/data/measurements/published.toml)
 with the shipped hardware profiles (the in-sample error: the fitted parameters saw these
 figures) and by leave-one-source-out cross-validation (each source predicted by a fit that
 never saw it: the error to expect on measurements the model was not fitted to). Prints, per
@@ -12,7 +12,7 @@ overall and <= 15% on TTFT, no figure refused) are reported, not asserted.
     python bench/calibration.py --figures  # and every figure, predicted vs measured (* marks
                                            # the scored-not-fitted ones, calibrate/scope.py)
     python bench/calibration.py --write    # refit and write the fitted values into
-                                           # backends/data/hardware.toml and engines.toml
+                                           # fastmode/backends/data/hardware.toml and engines.toml
     python bench/calibration.py --json     # one JSON object
     python bench/calibration.py --jobs 2   # the folds in two processes (same results)
 """
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from backends.calibrate import (
+from fastmode.backends.calibrate import (
     ErrorStats,
     Figure,
     Result,
@@ -44,9 +44,9 @@ from backends.calibrate import (
     write_engines,
     write_fits,
 )
-from backends.profiles import Catalog
+from fastmode.backends.profiles import Catalog
 
-DATA = Path(__file__).resolve().parent.parent / "backends" / "data"
+DATA = Path(__file__).resolve().parent.parent / "fastmode" / "backends" / "data"
 HARDWARE_TOML = DATA / "hardware.toml"
 ENGINES_TOML = DATA / "engines.toml"
 TARGET_CV_MEDIAN = 0.08  # cross-validated median <= 8% overall...
@@ -136,8 +136,8 @@ def main() -> int:
 
     scored = sum(1 for f in figures if not is_fitted(f, catalog))
     print(f"{len(figures)} published figures from {len(sources)} sources "
-          f"(backends/data/measurements/published.toml); {scored} scored, not fitted "
-          f"(backends/calibrate/scope.py), counted in every table\n")
+          f"(fastmode/backends/data/measurements/published.toml); {scored} scored, not fitted "
+          f"(fastmode/backends/calibrate/scope.py), counted in every table\n")
     for title, key in (("per source", by_source), ("per metric", by_metric),
                        ("per hardware", by_hardware)):
         print("\n".join(table(title, group_stats(insample, key), group_stats(cv, key))))

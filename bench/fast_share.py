@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backends.engine import build
-from backends.simulate import LengthDist, Workload
-from backends.sweep import fast_share_sweep
-from clients.report import json_safe
+from fastmode.backends.engine import build
+from fastmode.backends.simulate import LengthDist, Workload
+from fastmode.backends.sweep import fast_share_sweep
 from fastmode.cli.sweep import print_sweep
-from gateway.config import load_config
-from workload.sweep import parse_shares, sweep_row
+from fastmode.clients.report import json_safe
+from fastmode.gateway.config import load_config
+from fastmode.workload.sweep import parse_shares, sweep_row
 
 
 def plot(docs: dict[str, dict[str, Any]], path: Path) -> Path:

@@ -66,7 +66,7 @@ def bench_config(interval: int, reply: str, trace: bool = False) -> str:
     replica: the bare app paces every stream with one timer, and so does one replica (each
     replica more is one more timer wake per step: an engine cost, the same for one stream or
     a thousand, see docs/streaming.md)."""
-    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    cfg = tomllib.loads((ROOT / "fastmode/gateway/data/default.toml").read_text())
     spark = cfg["deployments"]["spark"]
     spark.update(max_batch=4096, max_waiting=4096, replicas=1)
     cfg["fleet"]["policy"] = "static"  # no replica moved while the bench runs
@@ -85,7 +85,7 @@ def bench_config(interval: int, reply: str, trace: bool = False) -> str:
 
 def prose(tokens: int) -> tuple[str, float]:
     """``tokens`` tokens of the mock model's prose, and what generating it costs per token."""
-    from backends.mockmodel import GenerationRequest, generate
+    from fastmode.backends.mockmodel import GenerationRequest, generate
 
     def req(seed: int) -> GenerationRequest:
         return GenerationRequest(messages=[{"role": "user", "content": f"hello {seed}"}],

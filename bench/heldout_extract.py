@@ -3,7 +3,7 @@
 The held-out figures judge the performance model from outside its fit (docs/calibration.md,
 "How good it is"): SemiAnalysis InferenceMAX's DeepSeek-R1 runs (every GPU, SGLang and ATOM)
 and its B200 TensorRT-LLM gpt-oss runs. They are never added to the calibration set
-(backends/data/measurements/published.toml), so they never enter the fit or the
+(fastmode/backends/data/measurements/published.toml), so they never enter the fit or the
 cross-validation; ``bench/heldout.py`` scores them with ``fastmode predict``.
 
 The source is the InferenceMAX artifacts (``agg_bmk.json`` of each GitHub Actions run) as
@@ -39,7 +39,7 @@ FIGURES = ("median_ttft", "mean_tpot", "output_tput_per_gpu")
 HEADER = """\
 # HELD-OUT figures (docs/calibration.md, "How good it is"): SemiAnalysis
 # InferenceMAX's DeepSeek-R1 runs (H200, B200, MI300X, MI325X, MI355X; SGLang and ATOM) and its
-# B200 TensorRT-LLM gpt-oss runs. They are NOT in backends/data/measurements/published.toml and
+# B200 TensorRT-LLM gpt-oss runs. They are NOT in fastmode/backends/data/measurements/published.toml and
 # never enter the fit or the cross-validation: they judge the model from outside.
 # `python bench/heldout.py` scores them through `fastmode predict`.
 #

@@ -120,7 +120,7 @@ def start_server(per_write: int) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def parser_only(events: int) -> dict[str, Any]:
-    from clients.sse_scanner import StreamParser
+    from fastmode.clients.sse_scanner import StreamParser
 
     body = ROLE_EVENT + TOKEN_EVENT * events + _tail(events)
     chunks = [body[i : i + 65536] for i in range(0, len(body), 65536)]
@@ -134,9 +134,9 @@ def parser_only(events: int) -> dict[str, Any]:
 
 
 def loadgen_run(url: str, concurrency: int, requests: int, tokens: int) -> dict[str, Any]:
-    from clients.load_config import LoadConfig
-    from clients.loadgen import run_sync
-    from clients.workload import RequestSpec, Route
+    from fastmode.clients.load_config import LoadConfig
+    from fastmode.clients.loadgen import run_sync
+    from fastmode.clients.workload import RequestSpec, Route
 
     spec = RequestSpec("t", [{"role": "user", "content": "hi"}], tokens)
     cfg = LoadConfig(url, {"t": Route("/v1", "m")}, concurrency=concurrency, requests=requests,

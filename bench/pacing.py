@@ -186,7 +186,7 @@ def builtin_config(interval: int, tmp: Path) -> Path | None:
     on the spark tier and nothing else changed."""
     if interval == 1:
         return None
-    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    cfg = tomllib.loads((ROOT / "fastmode/gateway/data/default.toml").read_text())
     cfg["tiers"]["spark"]["stream_interval"] = interval
     path = tmp / f"built-in-{interval}.toml"
     path.write_text(toml_dumps(cfg))

@@ -27,13 +27,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import build
-from backends.prefix_cache import CacheRouting
-from backends.scheduler import Sequence
-from backends.tokenizer import count_chat_prompt
-from gateway.config import load_config
-from gateway.pipeline.caching import chat_units, openai_prefix
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import build
+from fastmode.backends.prefix_cache import CacheRouting
+from fastmode.backends.scheduler import Sequence
+from fastmode.backends.tokenizer import count_chat_prompt
+from fastmode.gateway.config import load_config
+from fastmode.gateway.pipeline.caching import chat_units, openai_prefix
 
 WORDS = ("build test cache kernel batch token queue prefill decode replica shard latency "
          "error warning passed failed module import request stream").split()

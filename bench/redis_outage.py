@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 
 from bench.harness import ROOT, free_port, stop, wait_healthy
-from gateway.config import default_config_text
+from fastmode.gateway.config import default_config_text
 
 KEY = "sk-bench-limited"
 BODY = {"model": "frontier-spark", "messages": [{"role": "user", "content": "hi"}],

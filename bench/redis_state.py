@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from bench.harness import free_port
-from gateway.state import SQLiteState, StateBackend, StoredResponse, UsageRow
-from gateway.state.redis_backend import RedisState
+from fastmode.gateway.state import SQLiteState, StateBackend, StoredResponse, UsageRow
+from fastmode.gateway.state.redis_backend import RedisState
 
 
 def row(i: int) -> UsageRow:

@@ -28,12 +28,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from backends.calibrate import figures as figmod
-from backends.calibrate.engines import Engines, load_engines
-from backends.calibrate.figures import Figure, load_figures, load_published
-from backends.calibrate.scope import is_fitted
-from backends.perf import Placement
-from backends.profiles import Catalog, ProfileError
+from fastmode.backends.calibrate import figures as figmod
+from fastmode.backends.calibrate.engines import Engines, load_engines
+from fastmode.backends.calibrate.figures import Figure, load_figures, load_published
+from fastmode.backends.calibrate.scope import is_fitted
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog, ProfileError
 
 
 def _value(text: str) -> Any:

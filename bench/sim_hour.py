@@ -21,10 +21,10 @@ import resource
 import sys
 import time
 
-from backends.engine import build
-from backends.simulate import LengthDist, Workload, simulate
+from fastmode.backends.engine import build
+from fastmode.backends.simulate import LengthDist, Workload, simulate
 from fastmode.cli.simulate import print_simulation
-from gateway.config import load_config
+from fastmode.gateway.config import load_config
 
 TARGET_WALL_S = 10.0
 

@@ -46,7 +46,7 @@ import websockets
 
 from bench.harness import ROOT, free_port
 from bench.soak_watch import FROZEN_AFTER_S, log_findings, metric, watch_replicas
-from gateway.config import default_config_text
+from fastmode.gateway.config import default_config_text
 
 ADMIN = {"authorization": "Bearer soak-admin"}
 CONFIG_EXTRA = """
@@ -366,7 +366,7 @@ def report(tally: Tally, rows: list[dict[str, Any]], rss_warm: float, rss_end: f
 
 async def ledger_bench(n: int = 200_000) -> None:
     """The ledger's cost on the hot path: one append per request, and the batched write."""
-    from gateway.state import SQLiteState, UsageRow
+    from fastmode.gateway.state import SQLiteState, UsageRow
 
     tmp = Path(tempfile.mkdtemp(prefix="fastmode-ledger-"))
     state = SQLiteState(tmp / "l.sqlite3", flush_interval_s=3600)

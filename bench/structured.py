@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Any
 
-from backends.mockmodel import (
+from fastmode.backends.mockmodel import (
     GenerationRequest,
     ResponseFormat,
     check_schema,

@@ -45,7 +45,7 @@ BISECTIONS = 2  # after the 1.25x steps: the largest N held to ~1/16 of a step
 def bench_config() -> str:
     """The built-in config with spark's pools large (batch 1,024 per replica) and its other
     tenants few (3% of the slots), patched by key (``toml_dumps``), not by text."""
-    cfg = tomllib.loads((ROOT / "gateway/data/default.toml").read_text())
+    cfg = tomllib.loads((ROOT / "fastmode/gateway/data/default.toml").read_text())
     cfg["deployments"]["spark"].update(max_batch=1024, max_waiting=1024)
     cfg["tiers"]["spark"]["tenants"]["occupancy"] = 0.03
     return toml_dumps(cfg)

@@ -105,7 +105,7 @@ class Server:
             self._scratch = None
 
     def _gateway_config(self) -> Any:
-        from gateway.config import Config, load_config
+        from fastmode.gateway.config import Config, load_config
 
         config = self.config
         if not isinstance(config, Config):
@@ -122,7 +122,7 @@ class Server:
     def _start_thread(self) -> None:
         import uvicorn
 
-        from gateway.edge.app import create_app
+        from fastmode.gateway.edge.app import create_app
 
         config = self._gateway_config()
         app = create_app(config)

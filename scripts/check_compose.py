@@ -37,8 +37,8 @@ from urllib.parse import urlsplit
 import yaml
 
 from fastmode.cli import build_parser
-from gateway.config import ConfigError, load_config
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import ConfigError, load_config
+from fastmode.gateway.engine_config import engine_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

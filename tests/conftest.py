@@ -91,8 +91,8 @@ def quick_config_text(text: str | None = None, k: float = QUICK) -> str:
     hourly price multiplied by ``k``. Every modeled duration is then ``k`` times shorter and
     every price (the derived ones too: hardware-seconds x price) is the same. For tests that
     check *what* the gateway serves, not how fast; the shipped default is never changed."""
-    from backends.profiles import Catalog
-    from gateway.config import default_config_text
+    from fastmode.backends.profiles import Catalog
+    from fastmode.gateway.config import default_config_text
 
     text = default_config_text() if text is None else text
     raw = tomllib.loads(text)
@@ -237,8 +237,8 @@ def server_factory(tmp_path: Path):
 async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
     """The gateway's ASGI app on ``text`` (a config file laid over the default) with its own
     state file in ``tmp_path``, its lifespan started and stopped around the block."""
-    from gateway.config import load_config
-    from gateway.edge.app import create_app
+    from fastmode.gateway.config import load_config
+    from fastmode.gateway.edge.app import create_app
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
@@ -254,7 +254,7 @@ async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
 async def asgi_client(config: Any, base_url: str = "http://t") -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the gateway (or engine) app of ``config``, its lifespan started and
     stopped around the block; ``client.app`` is the app."""
-    from gateway.edge.app import create_app
+    from fastmode.gateway.edge.app import create_app
 
     app = create_app(config)
     async with app.router.lifespan_context(app):

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("workload", "backends", "gateway", "clients", "fastmode")
+# the installed package's layers: fastmode.<layer>, and the public face (fastmode's own modules
+# and fastmode.cli) as "fastmode"
+LAYERS = ("workload", "backends", "gateway", "clients")
+PACKAGES = (*LAYERS, "fastmode")
 # programs over the project (benchmarks, deployment checks): they import the packages' public
 # modules and bench's shared helpers; nothing in the packages imports them
 PROGRAMS = ("bench", "scripts")
@@ -25,8 +28,25 @@ FORBIDDEN = {
 MAX_LINES = 450  # "no module over ~400 lines"
 
 
+def folder(package: str) -> Path:
+    return ROOT / "fastmode" / package if package in LAYERS else ROOT / package
+
+
 def modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+    """The files of one layer (``fastmode``: the face, without the layers under it)."""
+    found = sorted(folder(package).rglob("*.py"))
+    if package == "fastmode":
+        inner = tuple(folder(layer) for layer in LAYERS)
+        found = [p for p in found if not any(p.is_relative_to(d) for d in inner)]
+    return found
+
+
+def layer_of(module: str) -> str:
+    """The layer a dotted module name belongs to."""
+    parts = module.split(".")
+    if parts[0] == "fastmode":
+        return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "fastmode"
+    return parts[0]
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -34,9 +54,11 @@ def imported_packages(path: Path) -> set[str]:
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {alias.name.split(".")[0] for alias in node.names}
+            out |= {layer_of(alias.name) for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.add(node.module.split(".")[0])
+            out.add(layer_of(node.module))
+            if node.module == "fastmode":
+                out |= {n.name for n in node.names if n.name in LAYERS}
     return out & {*PACKAGES, *PROGRAMS}
 
 
@@ -52,7 +74,7 @@ def test_layering(package: str) -> None:
 def test_protocol_plugins_do_not_know_the_pipeline() -> None:
     """A protocol says how its wire format looks; the pipeline and the transports use it."""
     bad = []
-    for p in modules("gateway/protocols"):
+    for p in sorted((folder("gateway") / "protocols").rglob("*.py")):
         tree = ast.parse(p.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and any(
@@ -87,7 +109,7 @@ def program_import_problems(path: Path) -> list[str]:
                 out.append(f"imports {module}")
             elif parts[0] in siblings:
                 out.append(f"imports {module} by its file name (bench.{module}?)")
-            elif parts[0] in (*PACKAGES, "bench"):
+            elif parts[0] in ("fastmode", "bench"):
                 private = [p for p in parts[1:] + names if p.startswith("_")]
                 if private:
                     out.append(f"imports private {module}: {', '.join(private)}")
@@ -200,5 +222,5 @@ def test_the_architecture_page_names_every_gateway_package() -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text.split("## gateway/ by concern", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"^\| `gateway/(\w+)/` \|", table, re.MULTILINE))
-    folders = {p.parent.name for p in (ROOT / "gateway").glob("*/__init__.py")}
+    folders = {p.parent.name for p in folder("gateway").glob("*/__init__.py")}
     assert named == folders

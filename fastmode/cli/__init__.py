@@ -46,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from backends.profiles import ProfileError
-    from gateway.config import ConfigError
+    from fastmode.backends.profiles import ProfileError
+    from fastmode.gateway.config import ConfigError
 
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.cassettes.config import RecordConfig, ReplayConfig
-from gateway.config import Config, RemoteConfig
+from fastmode.gateway.cassettes.config import RecordConfig, ReplayConfig
+from fastmode.gateway.config import Config, RemoteConfig
 
 
 class UsageError(Exception):

@@ -11,8 +11,8 @@ import math
 import sys
 from typing import Any
 
-from backends.engine import EngineSpec, build
-from backends.profiles import ProfileError
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.profiles import ProfileError
 
 
 class UsageError(Exception):
@@ -21,7 +21,7 @@ class UsageError(Exception):
 
 def load_engine(path: str | None) -> tuple[EngineSpec, str]:
     """The engine built from a config file (or the default) and its reference tier."""
-    from gateway.config import load_config
+    from fastmode.gateway.config import load_config
 
     cfg = load_config(path)
     try:

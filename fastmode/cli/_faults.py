@@ -13,9 +13,9 @@ import argparse
 import asyncio
 from typing import Any
 
-from gateway.config import StateConfig
-from gateway.faults import NAMESPACE
-from gateway.state import open_state
+from fastmode.gateway.config import StateConfig
+from fastmode.gateway.faults import NAMESPACE
+from fastmode.gateway.state import open_state
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -3,7 +3,7 @@
 ``--enable-lora``, ``--lora-modules`` (``name=path`` or vLLM's JSON form ``{"name", "path",
 "base_model_name"}``, fastmode's ``rank`` beside them), ``--max-loras``, ``--max-lora-rank``
 and ``--kv-transfer-config JSON`` become the deployment's ``lora`` and ``kv_transfer`` tables
-(backends/config_vllm.py); ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` in the environment turns the
+(fastmode/backends/config_vllm.py); ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` in the environment turns the
 run-time load and unload routes on, as it does for vLLM.
 """
 
@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.config import ConfigError
+from fastmode.gateway.config import ConfigError
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
 

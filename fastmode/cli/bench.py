@@ -12,20 +12,26 @@ from typing import Any
 
 from rich.console import Console
 
-from clients.bench_run import (
+from fastmode.clients.bench_run import (
     DEFAULT_REQUESTS,
     BenchPlan,
     flag_workload,
     run_bench,
     run_sweep,
 )
-from clients.load_config import ARRIVALS, TRANSPORTS, LoadConfig, LoadError, parse_headers
-from clients.report import report_renderables, write_json
-from clients.scenarios import DEFAULT_SHARES, SCENARIOS, SWEEP_RATE, parse_shares, sweep_table
-from clients.simcompare import SimError
-from clients.stats import Price, parse_price_table
-from clients.trace_reader import TraceError, read_trace
-from clients.workload import DIST_KINDS, LengthDist, WorkloadError, parse_routes
+from fastmode.clients.load_config import ARRIVALS, TRANSPORTS, LoadConfig, LoadError, parse_headers
+from fastmode.clients.report import report_renderables, write_json
+from fastmode.clients.scenarios import (
+    DEFAULT_SHARES,
+    SCENARIOS,
+    SWEEP_RATE,
+    parse_shares,
+    sweep_table,
+)
+from fastmode.clients.simcompare import SimError
+from fastmode.clients.stats import Price, parse_price_table
+from fastmode.clients.trace_reader import TraceError, read_trace
+from fastmode.clients.workload import DIST_KINDS, LengthDist, WorkloadError, parse_routes
 
 from ._common import PIPE_WIDTH
 

@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from backends.calibrate import (
+from fastmode.backends.calibrate import (
     EFFICIENCIES,
     FIT_PARAMS,
     Figure,
@@ -35,7 +35,7 @@ from backends.calibrate import (
     profile_fragment,
     with_params,
 )
-from backends.profiles import Catalog, ProfileError, bytes_per_param
+from fastmode.backends.profiles import Catalog, ProfileError, bytes_per_param
 
 USER_PRIOR_WEIGHT = 0.002  # your measurements dominate; the pull only pins what they leave open
 DEFAULT_FIT = ",".join(n for n in EFFICIENCIES if n != "mfu_fp8")
@@ -82,7 +82,7 @@ def _catalog(config: str | None) -> Catalog:
     catalog = Catalog.builtin()
     if config is None:
         return catalog
-    from gateway.config import load_config
+    from fastmode.gateway.config import load_config
 
     cfg = load_config(config)
     return catalog.extend(cfg.hardware, cfg.models)

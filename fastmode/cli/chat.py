@@ -11,8 +11,8 @@ import asyncio
 import os
 import sys
 
-from clients.client import TIERS, Client, tier_url
-from clients.events import Error, TextDelta, ToolCallDelta
+from fastmode.clients.client import TIERS, Client, tier_url
+from fastmode.clients.events import Error, TextDelta, ToolCallDelta
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gateway.config import Config, ConfigError, load_config
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import Config, ConfigError, load_config
+from fastmode.gateway.engine_config import engine_config
 
 from . import _vllm_features
 
@@ -128,7 +128,7 @@ def ignored_warning(ignored: list[str]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from gateway.edge.app import create_app
+    from fastmode.gateway.edge.app import create_app
 
     warning = ignored_warning(getattr(args, "ignored", None) or [])
     if warning:

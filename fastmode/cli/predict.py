@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from backends.predict import PlacementOptions, PredictError, predict_placement, predict_tier
-from backends.profiles import Catalog
-from backends.reasoning import EFFORTS
+from fastmode.backends.predict import (
+    PlacementOptions,
+    PredictError,
+    predict_placement,
+    predict_tier,
+)
+from fastmode.backends.profiles import Catalog
+from fastmode.backends.reasoning import EFFORTS
 
 from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
 
@@ -21,8 +26,8 @@ def register(subparsers: Any) -> None:
             "--hardware --chips [--precision] --batch) or a tier of the config (--tier)."
         ),
     )
-    p.add_argument("--model", help="model profile (backends/data/models.toml or the config)")
-    p.add_argument("--hardware", help="hardware profile (backends/data/hardware.toml)")
+    p.add_argument("--model", help="model profile (fastmode/backends/data/models.toml or the config)")
+    p.add_argument("--hardware", help="hardware profile (fastmode/backends/data/hardware.toml)")
     p.add_argument("--chips", type=int, help="chips in one replica")
     p.add_argument("--precision", help="weight precision: bf16, fp16, fp8, int8, fp4 (NVFP4; "
                    "nvfp4), mxfp4 (default: the model's checkpoint, e.g. mxfp4 for gpt-oss)")
@@ -32,7 +37,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-batch", type=int, default=256,
                    help="sequences a replica runs at once (placement; default 256)")
     p.add_argument("--engine", help="serving engine whose overheads, kernels and memory rule "
-                   "apply (backends/data/engines.toml: vllm, sglang, trtllm, ...); its time to "
+                   "apply (fastmode/backends/data/engines.toml: vllm, sglang, trtllm, ...); its time to "
                    "the first token is then in TTFT, as a benchmark of it measures")
     p.add_argument("--memory-fraction", type=float,
                    help="the engine's memory share (vLLM gpu_memory_utilization, TensorRT-LLM "
@@ -174,7 +179,7 @@ def _predict_placement(args: argparse.Namespace) -> dict[str, Any]:
         )
     catalog = Catalog.builtin()
     if args.config is not None:
-        from gateway.config import load_config
+        from fastmode.gateway.config import load_config
 
         cfg = load_config(args.config)
         catalog = catalog.extend(cfg.hardware, cfg.models)

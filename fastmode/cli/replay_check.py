@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.cassettes.check import check
+    from fastmode.gateway.cassettes.check import check
 
     if not Path(args.dir).is_dir():
         raise UsageError(f"{args.dir}: not a directory")

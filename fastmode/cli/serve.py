@@ -15,7 +15,7 @@ import sys
 
 from pydantic import ValidationError
 
-from gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
+from fastmode.gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
 
 from . import _cassettes, _faults
 
@@ -55,8 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def describe(config: Config) -> list[str]:
     """One line per tier: model, modeled speed for one more user (or its upstreams), prices."""
-    from backends.engine import build
-    from backends.pricing import operating_step_seconds
+    from fastmode.backends.engine import build
+    from fastmode.backends.pricing import operating_step_seconds
 
     spec = build(config.sim())
     lines = []
@@ -161,8 +161,8 @@ def bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.edge.app import create_app
-    from gateway.workers.server import serve
+    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.workers.server import serve
 
     config = configure(args)
     server = config.server
@@ -196,9 +196,9 @@ def run(args: argparse.Namespace) -> int:
 
 def run_workers(args: argparse.Namespace, config: Config) -> int:
     """``--workers N``: N processes on one port, each replica in exactly one of them."""
-    from gateway.edge.app import create_app
-    from gateway.workers import Supervisor, WorkersError
-    from gateway.workers import describe as describe_workers
+    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.workers import Supervisor, WorkersError
+    from fastmode.gateway.workers import describe as describe_workers
 
     try:
         create_app(config)  # a config the physics rejects fails here, before any worker

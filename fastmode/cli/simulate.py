@@ -11,10 +11,10 @@ import math
 import sys
 from typing import Any
 
-from backends.engine import EngineSpec
-from backends.reasoning import EFFORTS
-from backends.simulate import Workload, simulate
-from workload import ARRIVAL_KINDS, DIST_KINDS, LengthDist, WorkloadError, parse_mix
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.reasoning import EFFORTS
+from fastmode.backends.simulate import Workload, simulate
+from fastmode.workload import ARRIVAL_KINDS, DIST_KINDS, LengthDist, WorkloadError, parse_mix
 
 from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
 from .sweep import add_arguments as add_sweep_arguments

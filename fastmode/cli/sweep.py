@@ -12,11 +12,11 @@ import argparse
 import dataclasses
 from typing import Any
 
-from backends.engine import EngineSpec
-from backends.simulate import Workload
-from backends.sweep import fast_share_sweep
-from workload import WorkloadError
-from workload.sweep import DEFAULT_SHARES, parse_shares, sweep_row
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.simulate import Workload
+from fastmode.backends.sweep import fast_share_sweep
+from fastmode.workload import WorkloadError
+from fastmode.workload.sweep import DEFAULT_SHARES, parse_shares, sweep_row
 
 from ._common import UsageError, console, fmt_n, fmt_s, print_json, table
 

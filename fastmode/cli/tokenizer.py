@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from backends import hf_tokenizer
+from fastmode.backends import hf_tokenizer
 
 from ._common import UsageError
 

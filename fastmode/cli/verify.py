@@ -16,9 +16,9 @@ import argparse
 import json
 from typing import Any
 
-from clients.verify import truth as truths
-from clients.verify.compare import NothingCompared, Verdict, compare
-from clients.verify.tools import TOOLS, Unreadable, read
+from fastmode.clients.verify import truth as truths
+from fastmode.clients.verify.compare import NothingCompared, Verdict, compare
+from fastmode.clients.verify.tools import TOOLS, Unreadable, read
 
 from ._common import UsageError, clean, console, table
 

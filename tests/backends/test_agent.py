@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from backends.mockmodel import GenerationRequest, QualityProfile, ToolSpec, generate
-from backends.mockmodel.agent_results import read_result
-from backends.mockmodel.agent_task import CHANGE, NONE, READ, RUN, read_task
-from backends.mockmodel.harness import strip_harness, user_task
-from backends.mockmodel.request import CUSTOM
+from fastmode.backends.mockmodel import GenerationRequest, QualityProfile, ToolSpec, generate
+from fastmode.backends.mockmodel.agent_results import read_result
+from fastmode.backends.mockmodel.agent_task import CHANGE, NONE, READ, RUN, read_task
+from fastmode.backends.mockmodel.harness import strip_harness, user_task
+from fastmode.backends.mockmodel.request import CUSTOM
 
 LONG = "Launch a new agent to handle complex, multi-step tasks autonomously. " * 40
 
@@ -179,8 +179,8 @@ def test_integers_stay_plausible_in_the_general_caller() -> None:
 
 
 def test_a_one_line_task_thinks_hundreds_of_tokens_at_high_effort() -> None:
-    from backends.mockmodel import ModelBehavior
-    from backends.reasoning import ReasoningProfile
+    from fastmode.backends.mockmodel import ModelBehavior
+    from fastmode.backends.reasoning import ReasoningProfile
 
     behavior = ModelBehavior(reasoning=ReasoningProfile(enabled=True, default_effort="high"))
     for budget in (None, 31999):

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from backends.calibrate.params import CHIP, NVLINK_BUS_SHARE, PARAMS, PRIORS
-from backends.perf import Placement
-from backends.profiles import Catalog, ProfileError
-from backends.step_terms import comm_seconds
+from fastmode.backends.calibrate.params import CHIP, NVLINK_BUS_SHARE, PARAMS, PRIORS
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.step_terms import comm_seconds
 
 CAT = Catalog.builtin()
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from backends.calibrate import (
+from fastmode.backends.calibrate import (
     EFFICIENCIES,
     ENGINE_PRIORS,
     GPU_PRIOR,
@@ -44,14 +44,14 @@ from backends.calibrate import (
     update_toml_table,
     with_params,
 )
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import build
-from backends.profiles import Catalog
-from backends.scheduler import Sequence
-from clients.records import RequestResult
-from clients.report import document, write_json
-from clients.stats import summarise
-from gateway.config import load_config
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import build
+from fastmode.backends.profiles import Catalog
+from fastmode.backends.scheduler import Sequence
+from fastmode.clients.records import RequestResult
+from fastmode.clients.report import document, write_json
+from fastmode.clients.stats import summarise
+from fastmode.gateway.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CAT = Catalog.builtin()

@@ -1,4 +1,4 @@
-"""The harness of a figure (backends/calibrate/harness.py) and the two terms of an engine's
+"""The harness of a figure (fastmode/backends/calibrate/harness.py) and the two terms of an engine's
 time to the first token: its runtime's (``request_overhead_ms``, every harness) and its API
 server's (``serving_overhead_ms``, figures measured through a server only).
 
@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from backends.calibrate import (
+from fastmode.backends.calibrate import (
     GPU_PRIOR,
     PRIORS,
     CalibrationError,
@@ -27,10 +27,10 @@ from backends.calibrate import (
     predict_si,
     with_params,
 )
-from backends.calibrate.engines import ENGINE_PRIORS, ENGINE_RELATIVES, inherit_engines
-from backends.calibrate.harness import harness_of, through_server
-from backends.calibrate.lineage import held_at_prior, informed_terms
-from backends.profiles import Catalog
+from fastmode.backends.calibrate.engines import ENGINE_PRIORS, ENGINE_RELATIVES, inherit_engines
+from fastmode.backends.calibrate.harness import harness_of, through_server
+from fastmode.backends.calibrate.lineage import held_at_prior, informed_terms
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 

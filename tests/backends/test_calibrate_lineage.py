@@ -1,4 +1,4 @@
-"""A fit's fallbacks for what its figures do not measure (backends/calibrate/lineage.py).
+"""A fit's fallbacks for what its figures do not measure (fastmode/backends/calibrate/lineage.py).
 
 Inside a cross-validation fold that holds out an engine's or a GPU's only source, the engine
 takes the fitted terms of the engine it derives from and the GPU its nearest measured
@@ -12,11 +12,11 @@ import dataclasses
 
 import pytest
 
-from backends.calibrate import Figure, fit, predict_figure, prior_catalog
-from backends.calibrate.engines import EngineProfile, ancestors, inherit_engines
-from backends.calibrate.lineage import informed_terms, measured_sibling
-from backends.calibrate.params import CHIP, CHIP_EFFICIENCIES
-from backends.profiles import Catalog
+from fastmode.backends.calibrate import Figure, fit, predict_figure, prior_catalog
+from fastmode.backends.calibrate.engines import EngineProfile, ancestors, inherit_engines
+from fastmode.backends.calibrate.lineage import informed_terms, measured_sibling
+from fastmode.backends.calibrate.params import CHIP, CHIP_EFFICIENCIES
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 

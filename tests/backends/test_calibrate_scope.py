@@ -1,4 +1,4 @@
-"""Scored, not fitted (backends/calibrate/scope.py).
+"""Scored, not fitted (fastmode/backends/calibrate/scope.py).
 
 A figure measured in a regime the model does not model (an MoE run with thousands of sequences
 queued) is predicted and counted in the error tables, but the least-squares fit does not learn
@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from backends.calibrate import (
+from fastmode.backends.calibrate import (
     MOE_OFFLINE_QUEUE,
     Figure,
     apply_fits,
@@ -24,7 +24,7 @@ from backends.calibrate import (
     prior_catalog,
     scored_only_reason,
 )
-from backends.profiles import Catalog
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 BASE = prior_catalog(CAT)

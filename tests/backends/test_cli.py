@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fastmode.cli import main
-from gateway.config import load_config
+from fastmode.gateway.config import load_config
 
 PREDICT_KEYS = {
     "ttft_s",

@@ -1,4 +1,4 @@
-"""4-bit weights on a chip without 4-bit tensor cores: dequantising GEMMs (backends/dequant.py).
+"""4-bit weights on a chip without 4-bit tensor cores: dequantising GEMMs (fastmode/backends/dequant.py).
 
 Modeled step times only (no clock): which placements take the W4A16 path, and that its GEMMs
 run at a flat share of the bf16 peak -- the dequantising loop binds a prefill chunk, the 4-bit
@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from backends.calibrate.figures import Figure
-from backends.calibrate.fit import _relevance_groups
-from backends.calibrate.params import W4A16_PRIOR
-from backends.dequant import dequantises, w4a16_flops
-from backends.perf import Placement, prefill_attention_context
-from backends.profiles import Catalog
+from fastmode.backends.calibrate.figures import Figure
+from fastmode.backends.calibrate.fit import _relevance_groups
+from fastmode.backends.calibrate.params import W4A16_PRIOR
+from fastmode.backends.dequant import dequantises, w4a16_flops
+from fastmode.backends.perf import Placement, prefill_attention_context
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 OSS = CAT.get_model("gpt-oss-120b")

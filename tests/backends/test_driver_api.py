@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from backends.drivers import (
+from fastmode.backends.drivers import (
     Arrival,
     Driver,
     Overloaded,
@@ -16,9 +16,9 @@ from backends.drivers import (
     TooLarge,
     VirtualDriver,
 )
-from backends.engine import DeploymentSpec, EngineSpec, build
-from backends.scheduler import Sequence
-from gateway.config import load_config
+from fastmode.backends.engine import DeploymentSpec, EngineSpec, build
+from fastmode.backends.scheduler import Sequence
+from fastmode.gateway.config import load_config
 
 
 @pytest.fixture(scope="module")

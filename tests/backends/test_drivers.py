@@ -11,12 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.drivers import Arrival, PoolHandle, RealtimeFleet, RealtimeReplica, VirtualDriver
-from backends.engine import DeploymentSpec, EngineSpec, build
-from backends.profiles import Catalog
-from backends.scheduler import Sequence
-from backends.simulate import LengthDist, Workload, simulate
-from gateway.config import load_config
+from fastmode.backends.drivers import (
+    Arrival,
+    PoolHandle,
+    RealtimeFleet,
+    RealtimeReplica,
+    VirtualDriver,
+)
+from fastmode.backends.engine import DeploymentSpec, EngineSpec, build
+from fastmode.backends.profiles import Catalog
+from fastmode.backends.scheduler import Sequence
+from fastmode.backends.simulate import LengthDist, Workload, simulate
+from fastmode.gateway.config import load_config
 
 
 class Pool:

@@ -13,10 +13,10 @@ import math
 import pytest
 from test_drivers import Pool
 
-from backends.drivers import Arrival, RealtimeReplica, VirtualDriver
-from backends.engine import EngineSpec, build
-from backends.scheduler import Sequence
-from gateway.config import load_config
+from fastmode.backends.drivers import Arrival, RealtimeReplica, VirtualDriver
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.scheduler import Sequence
+from fastmode.gateway.config import load_config
 
 
 @pytest.fixture(scope="module")

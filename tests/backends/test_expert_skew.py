@@ -1,4 +1,4 @@
-"""Skewed routing (backends/expert_skew.py): a router that prefers some experts touches fewer
+"""Skewed routing (fastmode/backends/expert_skew.py): a router that prefers some experts touches fewer
 distinct experts per step, so an MoE decode step reads fewer expert weights.
 
 Modeled values only: the closed form against a direct expectation over a Gamma spread of
@@ -14,13 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.calibrate.figures import Figure
-from backends.calibrate.fit import _relevance_groups
-from backends.calibrate.params import EXPERT_LOAD_CV2_PRIOR, PRIORS, ROUTING_SKEW_IN_FIT, SHARED
-from backends.expert_skew import skewed_touched_share
-from backends.moe import busiest_group_experts, expert_rows, touched_expert_share
-from backends.perf import Placement
-from backends.profiles import Catalog
+from fastmode.backends.calibrate.figures import Figure
+from fastmode.backends.calibrate.fit import _relevance_groups
+from fastmode.backends.calibrate.params import (
+    EXPERT_LOAD_CV2_PRIOR,
+    PRIORS,
+    ROUTING_SKEW_IN_FIT,
+    SHARED,
+)
+from fastmode.backends.expert_skew import skewed_touched_share
+from fastmode.backends.moe import busiest_group_experts, expert_rows, touched_expert_share
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 

@@ -14,10 +14,10 @@ import dataclasses
 
 import pytest
 
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import EngineSpec, build
-from backends.predict import predict_tier
-from gateway.config import load_config
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.predict import predict_tier
+from fastmode.gateway.config import load_config
 
 PROMPT, OUTPUT = 20, 300
 REQUESTS = 300

@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backends.config import SimConfig
-from backends.drivers import Arrival, RealtimeFleet, VirtualDriver
-from backends.engine import EngineSpec, build
-from backends.fleet import Fleet
-from backends.scheduler import Sequence
-from backends.simulate import LengthDist, Workload, simulate
-from backends.stretch import stretch
-from backends.sweep import fast_share_sweep
-from backends.tenants import TenantLoad, poisson
-from gateway.config import load_config
+from fastmode.backends.config import SimConfig
+from fastmode.backends.drivers import Arrival, RealtimeFleet, VirtualDriver
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.fleet import Fleet
+from fastmode.backends.scheduler import Sequence
+from fastmode.backends.simulate import LengthDist, Workload, simulate
+from fastmode.backends.stretch import stretch
+from fastmode.backends.sweep import fast_share_sweep
+from fastmode.backends.tenants import TenantLoad, poisson
+from fastmode.gateway.config import load_config
 
 TENANTS = {"occupancy": 0.75, "prompt_tokens": 3500, "cached_tokens": 2167, "output_tokens": 1000}
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from backends.mockmodel import GenerationRequest, ResponseFormat, generate
-from backends.mockmodel.entities import extract
-from backends.mockmodel.field_markers import asked_fields
-from backends.mockmodel.named_keys import named_keys
+from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, generate
+from fastmode.backends.mockmodel.entities import extract
+from fastmode.backends.mockmodel.field_markers import asked_fields
+from fastmode.backends.mockmodel.named_keys import named_keys
 
 PROMPTS = json.loads((Path(__file__).parent / "fixtures" / "dspy_prompts.json").read_text())
 MARKER = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", re.S)

@@ -13,12 +13,12 @@ import math
 
 import pytest
 
-from backends.drivers import new_sequence
-from backends.engine import build
-from backends.free_slot import free_slot_at, free_slot_in
-from backends.scheduler import Scheduler
-from gateway.config import load_config
-from gateway.errors import retry_headers
+from fastmode.backends.drivers import new_sequence
+from fastmode.backends.engine import build
+from fastmode.backends.free_slot import free_slot_at, free_slot_in
+from fastmode.backends.scheduler import Scheduler
+from fastmode.gateway.config import load_config
+from fastmode.gateway.errors import retry_headers
 
 SPEC = build(load_config().sim())
 

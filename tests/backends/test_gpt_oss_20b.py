@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from backends.calibrate import load_published
-from backends.calibrate.scope import scored_only_reason
-from backends.perf import Placement
-from backends.profiles import Catalog
+from fastmode.backends.calibrate import load_published
+from fastmode.backends.calibrate.scope import scored_only_reason
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
 from fastmode.cli import main
 
 CAT = Catalog.builtin()

@@ -3,8 +3,8 @@ through ``fastmode predict``."""
 
 from __future__ import annotations
 
-from backends.calibrate import load_published
 from bench.heldout import METRICS, load_runs, predict_argv, score, summary
+from fastmode.backends.calibrate import load_published
 
 # publishers the issue keeps aside to judge the model (docs/calibration.md, "Held out")
 # (the LMSYS / SGLang blog lives at lmsys.org)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from backends import hf_tokenizer
-from backends.tokenizer import count_tokens, tokenize
+from fastmode.backends import hf_tokenizer
+from fastmode.backends.tokenizer import count_tokens, tokenize
 from fastmode.cli import main
 
 CORPUS = [

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from backends.calibrate.engines import engines_from_toml, load_engines
-from backends.perf import Placement
-from backends.profiles import Catalog
+from fastmode.backends.calibrate.engines import engines_from_toml, load_engines
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from backends.engine import EngineSpec, build
-from backends.predict import predict_tier
-from backends.speculative import SpeculativePlacement, tokens_per_cycle
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.predict import predict_tier
+from fastmode.backends.speculative import SpeculativePlacement, tokens_per_cycle
 from fastmode.cli import main
-from gateway.config import load_config
+from fastmode.gateway.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fast-hypotheses.toml"
 TIERS = ("standard", "fast-lowbatch", "fast-speculative", "standard-h100", "fast-newhw", "spark")
@@ -100,7 +100,7 @@ def test_the_wafer_scale_distil_is_over_a_thousand_tokens_a_second_and_weaker(sp
 def test_a_speculative_pool_simulates_step_by_step(spec) -> None:
     """No closed form for its stretches: the virtual clock steps it one by one, and each step
     still yields one token per sequence at the amortised cycle time."""
-    from backends.drivers import Arrival, VirtualDriver
+    from fastmode.backends.drivers import Arrival, VirtualDriver
 
     dep = spec.deployments["standard-spec"]
     done = []

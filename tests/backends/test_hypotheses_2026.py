@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from backends.engine import EngineSpec, build
-from backends.predict import predict_tier
-from backends.speculative import SpeculativePlacement, tokens_per_cycle
-from gateway.config import load_config
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.predict import predict_tier
+from fastmode.backends.speculative import SpeculativePlacement, tokens_per_cycle
+from fastmode.gateway.config import load_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fast-hypotheses.toml"
 TIERS = ("standard", "fast-lowbatch", "ultra-wafer", "ultra-nvl72", "ultra-speculative",

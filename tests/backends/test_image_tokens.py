@@ -8,7 +8,7 @@ import io
 import pytest
 from PIL import Image
 
-from backends.images import (
+from fastmode.backends.images import (
     LOW_DETAIL,
     PER_TILE,
     UNKNOWN_SIZE,

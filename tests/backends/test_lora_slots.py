@@ -1,4 +1,4 @@
-"""LoRA adapters in the scheduler (backends/lora.py): vLLM's max_loras rule and its physics.
+"""LoRA adapters in the scheduler (fastmode/backends/lora.py): vLLM's max_loras rule and its physics.
 
 A replica of llama-3.1-8b on one H100, stepped by hand on its own clock: a cold adapter's
 request waits while the batch already mixes ``max_loras`` adapters, requests behind it go
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from backends.background import Background
-from backends.lora import LoraSlots, LoraSpec, adapter_params, copy_seconds, make_adapter
-from backends.perf import Placement
-from backends.profiles import Catalog
-from backends.scheduler import FINISHED, WAITING, Limits, Scheduler, Sequence
-from backends.sleep import PCIE5_GBS
+from fastmode.backends.background import Background
+from fastmode.backends.lora import LoraSlots, LoraSpec, adapter_params, copy_seconds, make_adapter
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
+from fastmode.backends.scheduler import FINISHED, WAITING, Limits, Scheduler, Sequence
+from fastmode.backends.sleep import PCIE5_GBS
 
 CAT = Catalog.builtin()
 PLACEMENT = Placement(CAT.get_model("llama-3.1-8b"), CAT.get_hardware("h100-sxm"), 1, "bf16")

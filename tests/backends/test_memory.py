@@ -1,4 +1,4 @@
-"""Memory as the serving engines account it (backends/memory.py): what CUDA reports as the
+"""Memory as the serving engines account it (fastmode/backends/memory.py): what CUDA reports as the
 GPU's memory, the weights, the activations of a profiling pass, the engine's reserve and the
 communication buffers of a tensor-parallel group, and the KV cache that is left."""
 
@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from backends.calibrate import load_published
-from backends.calibrate.figures import placement
-from backends.memory import (
+from fastmode.backends.calibrate import load_published
+from fastmode.backends.calibrate.figures import placement
+from fastmode.backends.memory import (
     COMM_RESERVE_GB,
     GIB,
     activation_bytes_per_chip,
     chip_bytes,
     reserve_bytes_per_chip,
 )
-from backends.perf import Placement
-from backends.profiles import Catalog
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from backends.mockmodel import GenerationRequest, generate
-from backends.mockmodel.chat_files import FILES_MARKER, ChatFile
-from backends.mockmodel.edit_formats import asked_format, edit_format_reply, render
-from backends.mockmodel.edits import requested_edit
-from backends.mockmodel.streams import Streams
-from backends.tokenizer import count_tokens
+from fastmode.backends.mockmodel import GenerationRequest, generate
+from fastmode.backends.mockmodel.chat_files import FILES_MARKER, ChatFile
+from fastmode.backends.mockmodel.edit_formats import asked_format, edit_format_reply, render
+from fastmode.backends.mockmodel.edits import requested_edit
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.tokenizer import count_tokens
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "aider"
 README = "first line\nsecond line\nthird line\n"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.mockmodel.chat_files import FILES_MARKER, chat_files
-from backends.mockmodel.edits import requested_edit
+from fastmode.backends.mockmodel.chat_files import FILES_MARKER, chat_files
+from fastmode.backends.mockmodel.edits import requested_edit
 
 TEXT = "first line\nsecond line\nthird line\n"
 

@@ -16,14 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from backends.mockmodel import (
+from fastmode.backends.mockmodel import (
     GenerationRequest,
     QualityProfile,
     ResponseFormat,
     generate,
     validate_value,
 )
-from backends.mockmodel.prompted_json import prompted_json, schema_of_example
+from fastmode.backends.mockmodel.prompted_json import prompted_json, schema_of_example
 
 
 class Address(BaseModel):

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from backends.mockmodel import (
+from fastmode.backends.mockmodel import (
     REASONING,
     TEXT,
     GenerationRequest,
@@ -16,14 +16,14 @@ from backends.mockmodel import (
     ToolSpec,
     generate,
 )
-from backends.reasoning import (
+from fastmode.backends.reasoning import (
     DEFAULT_MEDIANS,
     DEFAULT_TASK_SCALE,
     EFFORTS,
     NO_REASONING,
     ReasoningProfile,
 )
-from backends.tokenizer import tokenize
+from fastmode.backends.tokenizer import tokenize
 from fastmode.cli import main
 
 THINKER = ModelBehavior(reasoning=ReasoningProfile(enabled=True))

@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from backends.mockmodel import GenerationRequest, ModelBehavior, ToolSpec, generate
-from backends.mockmodel.lengths import classify
+from fastmode.backends.mockmodel import GenerationRequest, ModelBehavior, ToolSpec, generate
+from fastmode.backends.mockmodel.lengths import classify
 
 
 def lengths(text: str, n: int = 60, **kw) -> list[int]:
@@ -114,7 +114,7 @@ def test_capped_is_replace_of_the_three_fields() -> None:
     keep every other field, including any added later."""
     import dataclasses
 
-    from backends.mockmodel.request import GenerationRequest, ResponseFormat, ToolSpec
+    from fastmode.backends.mockmodel.request import GenerationRequest, ResponseFormat, ToolSpec
 
     values: dict[str, object] = {
         "messages": [{"role": "user", "content": "hi"}], "max_tokens": 7, "stop": ("x",),
@@ -134,8 +134,8 @@ def test_the_writers_tokens_are_the_tokens_of_its_whole_text(opener: str | None)
     while the chunks' tokens are the whole text's (every chunk opens with whitespace)."""
     import random
 
-    from backends.mockmodel.prose import write_at_least, write_tokens
-    from backends.tokenizer import tokenize
+    from fastmode.backends.mockmodel.prose import write_at_least, write_tokens
+    from fastmode.backends.tokenizer import tokenize
 
     for seed in range(400):
         tokens = write_tokens(random.Random(seed), 200, opener)

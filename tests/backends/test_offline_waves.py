@@ -17,18 +17,18 @@ import math
 
 import pytest
 
-from backends.background import Background
-from backends.calibrate import Figure, predict_figure
-from backends.calibrate.figures import is_offline_waves, placement, workload
-from backends.perf import Placement
-from backends.perf_serving import (
+from fastmode.backends.background import Background
+from fastmode.backends.calibrate import Figure, predict_figure
+from fastmode.backends.calibrate.figures import is_offline_waves, placement, workload
+from fastmode.backends.perf import Placement
+from fastmode.backends.perf_serving import (
     batch_that_fits,
     serving_steady_state,
     static_batch,
     waves_throughput,
 )
-from backends.profiles import Catalog, ProfileError
-from backends.scheduler import Limits, Scheduler, Sequence
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.scheduler import Limits, Scheduler, Sequence
 
 CAT = Catalog.builtin()
 PROMPT, OUTPUT, BUDGET = 1024, 1024, 8192

@@ -24,9 +24,9 @@ import time
 import pytest
 from test_drivers import Pool
 
-from backends.drivers import PACING_TOLERANCE_S, Arrival, VirtualDriver
-from backends.engine import DeploymentSpec, build
-from gateway.config import load_config
+from fastmode.backends.drivers import PACING_TOLERANCE_S, Arrival, VirtualDriver
+from fastmode.backends.engine import DeploymentSpec, build
+from fastmode.gateway.config import load_config
 
 STALL = 0.3  # seconds the event loop is held
 PROMPT, OUTPUT = 300, 400

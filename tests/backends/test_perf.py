@@ -1,4 +1,4 @@
-"""Properties of the roofline model (backends/perf.py): the physics must behave like physics."""
+"""Properties of the roofline model (fastmode/backends/perf.py): the physics must behave like physics."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.config import SimConfig
-from backends.engine import build
-from backends.memory import COMM_RESERVE_GB, chip_bytes
-from backends.perf import Placement, prefill_attention_context, touched_expert_share
-from backends.perf_serving import finite_run_throughput, serving_steady_state, static_batch
-from backends.profiles import Catalog, ProfileError
-from backends.simulate import Workload as SimWorkload
-from backends.simulate import simulate
-from workload import LengthDist
+from fastmode.backends.config import SimConfig
+from fastmode.backends.engine import build
+from fastmode.backends.memory import COMM_RESERVE_GB, chip_bytes
+from fastmode.backends.perf import Placement, prefill_attention_context, touched_expert_share
+from fastmode.backends.perf_serving import finite_run_throughput, serving_steady_state, static_batch
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.simulate import Workload as SimWorkload
+from fastmode.backends.simulate import simulate
+from fastmode.workload import LengthDist
 
 CAT = Catalog.builtin()
 

@@ -11,18 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.moe import (
+from fastmode.backends.moe import (
     busiest_group_experts,
     busiest_group_tokens,
     expected_max,
     expert_rows,
     touched_expert_share,
 )
-from backends.perf import Placement, prefill_attention_context
-from backends.perf_modes import disaggregated, kv_transfer_seconds, open_loop
-from backends.perf_serving import serving_steady_state
-from backends.profiles import Catalog, ProfileError
-from backends.speculative import mtp_draft, speculative_placement
+from fastmode.backends.perf import Placement, prefill_attention_context
+from fastmode.backends.perf_modes import disaggregated, kv_transfer_seconds, open_loop
+from fastmode.backends.perf_serving import serving_steady_state
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.speculative import mtp_draft, speculative_placement
 
 CAT = Catalog.builtin()
 
@@ -200,8 +200,8 @@ def test_a_tensor_parallel_group_beyond_the_scale_up_domain_uses_the_network():
 
 
 def _pd_spec(prefill_chips: int | None):
-    from backends.config import SimConfig
-    from backends.engine import build
+    from fastmode.backends.config import SimConfig
+    from fastmode.backends.engine import build
 
     d = {"model": "llama-3.1-70b", "hardware": "h100-sxm", "chips": 4, "precision": "fp8",
          "replicas": 1, "max_batch": 64, "max_batched_tokens": 8192, "max_waiting": 10000,
@@ -214,9 +214,9 @@ def _pd_spec(prefill_chips: int | None):
 
 
 def test_a_disaggregated_deployment_keeps_prompts_out_of_decode_steps_and_pays_for_them():
-    from backends.simulate import Workload as SimWorkload
-    from backends.simulate import simulate
-    from workload import LengthDist
+    from fastmode.backends.simulate import Workload as SimWorkload
+    from fastmode.backends.simulate import simulate
+    from fastmode.workload import LengthDist
 
     pd, co = _pd_spec(4), _pd_spec(None)
     assert pd.deployments["d"].cost_per_token == pytest.approx(
@@ -236,9 +236,9 @@ def test_a_disaggregated_deployment_keeps_prompts_out_of_decode_steps_and_pays_f
 
 
 def test_a_deployment_can_draft_with_the_models_mtp_layer():
-    from backends.config import SimConfig
-    from backends.engine import build
-    from backends.speculative import SpeculativePlacement
+    from fastmode.backends.config import SimConfig
+    from fastmode.backends.engine import build
+    from fastmode.backends.speculative import SpeculativePlacement
 
     d = {"model": "deepseek-v3", "hardware": "h200", "chips": 8, "precision": "fp8",
          "replicas": 1, "max_batch": 8, "speculative": {"draft_model": "mtp", "draft_chips": 8,

@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import EngineSpec, build
-from backends.prefix_cache import CacheRouting, PrefixCache, PrefixKey
-from backends.prefix_workload import PromptPrefixes
-from backends.scheduler import Scheduler, Sequence
-from gateway.config import load_config
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.prefix_cache import CacheRouting, PrefixCache, PrefixKey
+from fastmode.backends.prefix_workload import PromptPrefixes
+from fastmode.backends.scheduler import Scheduler, Sequence
+from fastmode.gateway.config import load_config
 
 INF = float("inf")
 
@@ -238,7 +238,7 @@ def test_prompt_cache_key_picks_a_home_replica_when_nobody_holds_the_prefix() ->
 
 
 def test_simulate_reports_the_hit_rate_and_bills_cached_tokens() -> None:
-    from backends.simulate import LengthDist, Workload, WorkloadError, simulate
+    from fastmode.backends.simulate import LengthDist, Workload, WorkloadError, simulate
 
     s = spec()
     base = Workload(mix={"standard": 1.0}, prompt=LengthDist("fixed", 300),

@@ -12,13 +12,13 @@ from dataclasses import replace
 
 import pytest
 
-from backends.calibrate import Figure
-from backends.calibrate.engines import EngineProfile
-from backends.calibrate.lineage import informed_terms
-from backends.perf import Placement
-from backends.perf_modes import open_loop
-from backends.perf_serving import serving_steady_state, static_batch
-from backends.profiles import Catalog
+from fastmode.backends.calibrate import Figure
+from fastmode.backends.calibrate.engines import EngineProfile
+from fastmode.backends.calibrate.lineage import informed_terms
+from fastmode.backends.perf import Placement
+from fastmode.backends.perf_modes import open_loop
+from fastmode.backends.perf_serving import serving_steady_state, static_batch
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 H100 = CAT.get_hardware("h100-sxm")

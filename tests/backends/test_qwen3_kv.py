@@ -16,9 +16,9 @@ import re
 
 import pytest
 
-from backends.calibrate import load_published
-from backends.calibrate.scope import scored_only_reason
-from backends.profiles import Catalog, bytes_per_param
+from fastmode.backends.calibrate import load_published
+from fastmode.backends.calibrate.scope import scored_only_reason
+from fastmode.backends.profiles import Catalog, bytes_per_param
 
 CAT = Catalog.builtin()
 V12 = "trtllm-perf-overview-v12"

@@ -1,4 +1,4 @@
-"""Invariants of the continuous-batching scheduler under random workloads (backends/scheduler.py).
+"""Invariants of the continuous-batching scheduler under random workloads (fastmode/backends/scheduler.py).
 
 A small replica (a few slots, little KV memory, a tight token budget) so that every limit binds:
 the random workloads submit, cancel and step, and every step is checked against the rules.
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.perf import Placement
-from backends.profiles import Catalog
-from backends.scheduler import (
+from fastmode.backends.perf import Placement
+from fastmode.backends.profiles import Catalog
+from fastmode.backends.scheduler import (
     CANCELLED,
     DECODE,
     FINISHED,

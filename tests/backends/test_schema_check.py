@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backends.mockmodel import validate_arguments, validate_value
+from fastmode.backends.mockmodel import validate_arguments, validate_value
 
 PERSON = {
     "$defs": {"name": {"type": "object", "properties": {"first": {"type": "string"}}}},

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from backends.calibrate import figures as figmod
-from backends.calibrate import load_published
-from backends.calibrate.figures import predict_figure
-from backends.profiles import Catalog
 from bench.score_figures import main
+from fastmode.backends.calibrate import figures as figmod
+from fastmode.backends.calibrate import load_published
+from fastmode.backends.calibrate.figures import predict_figure
+from fastmode.backends.profiles import Catalog
 
 ROWS = "trtllm-perf-overview-v12/qwen3-30b-a3b/b200x1/serving-b3000-1024-1024"
 

@@ -14,7 +14,7 @@ import uuid
 import pytest
 from jsonschema import Draft202012Validator
 
-from backends.mockmodel import (
+from fastmode.backends.mockmodel import (
     GenerationRequest,
     QualityProfile,
     ResponseFormat,
@@ -26,8 +26,8 @@ from backends.mockmodel import (
     validate_arguments,
     validate_value,
 )
-from backends.mockmodel.structured import JSON_OBJECT_SCHEMA
-from backends.tokenizer import tokenize
+from fastmode.backends.mockmodel.structured import JSON_OBJECT_SCHEMA
+from fastmode.backends.tokenizer import tokenize
 
 ADDRESS = {
     "type": "object",

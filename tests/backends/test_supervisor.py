@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from backends.drivers import RealtimeDriver, ReplicaFailure, TokenStream, new_sequence
-from backends.engine import DeploymentSpec, build
-from gateway.config import load_config
+from fastmode.backends.drivers import RealtimeDriver, ReplicaFailure, TokenStream, new_sequence
+from fastmode.backends.engine import DeploymentSpec, build
+from fastmode.gateway.config import load_config
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.mockmodel import (
+from fastmode.backends.mockmodel import (
     BOTCH_KINDS,
     Generation,
     GenerationRequest,
@@ -22,7 +22,7 @@ from backends.mockmodel import (
     generate,
     validate_arguments,
 )
-from backends.tokenizer import count_tokens, tokenize
+from fastmode.backends.tokenizer import count_tokens, tokenize
 
 USER = [{"role": "user", "content": "Explain how continuous batching works."}]
 

@@ -11,11 +11,11 @@ import tomllib
 
 import pytest
 
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import EngineSpec, build
-from backends.predict import predict_tier
-from backends.scheduler import Sequence
-from gateway.config import Config, default_config_text, load_config
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.predict import predict_tier
+from fastmode.backends.scheduler import Sequence
+from fastmode.gateway.config import Config, default_config_text, load_config
 
 PROMPT, OUTPUT = 2000, 500
 

@@ -12,11 +12,11 @@ import dataclasses
 import pytest
 from virtual_loop import VirtualTimeLoop, run_virtual
 
-from backends.drivers import Arrival, RealtimeDriver, TokenStream, VirtualDriver
-from backends.drivers.clock import ScaledClock
-from backends.engine import EngineSpec, build
-from backends.scheduler import Sequence
-from gateway.config import load_config
+from fastmode.backends.drivers import Arrival, RealtimeDriver, TokenStream, VirtualDriver
+from fastmode.backends.drivers.clock import ScaledClock
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.scheduler import Sequence
+from fastmode.gateway.config import load_config
 
 REQUESTS = [("spark", 1200, 300), ("spark", 300, 120), ("standard", 2500, 200),
             ("standard", 800, 60)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from backends.token_ids import RESERVED, Vocabulary, fit, token_id
-from backends.tokenizer import count_chat_prompt, count_tokens
+from fastmode.backends.token_ids import RESERVED, Vocabulary, fit, token_id
+from fastmode.backends.tokenizer import count_chat_prompt, count_tokens
 
 MESSAGES = [
     [{"role": "user", "content": "plain text, 12 words or so"}],

@@ -7,8 +7,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.images import UNKNOWN_SIZE, openai_tokens
-from backends.tokenizer import (
+from fastmode.backends.images import UNKNOWN_SIZE, openai_tokens
+from fastmode.backends.tokenizer import (
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,
     count_chat_prompt,
@@ -118,7 +118,7 @@ def test_chat_prompt_counts_tools_as_compact_sorted_json() -> None:
 def test_long_texts_counted_in_chunks_count_the_same(text: str, chunk: int) -> None:
     """Chunks end where the whole scan ends a token: the same tokens, the same
     count, whatever the chunk size."""
-    import backends.tokenizer as tk
+    import fastmode.backends.tokenizer as tk
 
     whole = tk._TOKEN_RE.findall(text)
     saved = tk.CHUNK_CHARS, tk.CHUNK_TOKENS
@@ -131,7 +131,7 @@ def test_long_texts_counted_in_chunks_count_the_same(text: str, chunk: int) -> N
 
 
 def test_a_prompt_budget_stops_counting_soon_after_it() -> None:
-    from backends.tokenizer import CHUNK_TOKENS, PromptTooLong, prompt_budget
+    from fastmode.backends.tokenizer import CHUNK_TOKENS, PromptTooLong, prompt_budget
 
     text = "." * (10 * CHUNK_TOKENS)
     assert count_tokens(text) == 10 * CHUNK_TOKENS  # no budget: counted whole

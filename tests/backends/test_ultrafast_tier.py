@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 
-from backends.engine import EngineSpec, build
-from backends.perf import Placement
-from backends.predict import predict_tier
-from backends.pricing import hardware_cost_per_token, operating_step_seconds
-from backends.speculative import SpeculativePlacement, tokens_per_cycle
-from gateway.config import load_config
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.perf import Placement
+from fastmode.backends.predict import predict_tier
+from fastmode.backends.pricing import hardware_cost_per_token, operating_step_seconds
+from fastmode.backends.speculative import SpeculativePlacement, tokens_per_cycle
+from fastmode.gateway.config import load_config
 
 ALIAS = "gpt-6-astra"  # the model OpenAI launched ultrafast on, as data in the default config
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from test_qwen3_kv import V12, _kv_element_bytes, _requests_estimate, stated_heuristic
 
-from backends.calibrate import load_published
-from backends.calibrate.scope import scored_only_reason
-from backends.profiles import Catalog
+from fastmode.backends.calibrate import load_published
+from fastmode.backends.calibrate.scope import scored_only_reason
+from fastmode.backends.profiles import Catalog
 
 CAT = Catalog.builtin()
 # the page's table (NVIDIA/TensorRT-LLM 03e27c7d, docs/source/developer-guide/perf-overview.md,

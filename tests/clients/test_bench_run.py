@@ -7,12 +7,12 @@ import argparse
 
 import pytest
 
-from clients.bench_run import BenchPlan, flag_workload
-from clients.load_config import LoadConfig, LoadError, parse_headers
-from clients.report import report_renderables
-from clients.workload import DEFAULT_ROUTES, LengthDist, RequestSpec, WorkloadError
 from fastmode.cli import main
 from fastmode.cli.bench import build_plan, register
+from fastmode.clients.bench_run import BenchPlan, flag_workload
+from fastmode.clients.load_config import LoadConfig, LoadError, parse_headers
+from fastmode.clients.report import report_renderables
+from fastmode.clients.workload import DEFAULT_ROUTES, LengthDist, RequestSpec, WorkloadError
 
 
 def parse(*argv: str) -> argparse.Namespace:

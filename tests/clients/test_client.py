@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-# submodules, not the package: under pytest, tests/clients shadows the `clients` package name
-from clients.client import Client, tier_url
-from clients.event_parsers import ChatParser, ResponsesParser
-from clients.events import Done, Error, TextDelta, ToolCallDelta, Usage
 from fastmode.cli import main
+
+# submodules, not the package: under pytest, tests/clients shadows the `clients` package name
+from fastmode.clients.client import Client, tier_url
+from fastmode.clients.event_parsers import ChatParser, ResponsesParser
+from fastmode.clients.events import Done, Error, TextDelta, ToolCallDelta, Usage
 
 WEATHER = {
     "type": "function",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.agent_cli import README, Session, run_session
+from fastmode.clients.agent_cli import README, Session, run_session
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("FASTMODE_AGENTS_BIN", ROOT / "tests" / "agents" / "node_modules"

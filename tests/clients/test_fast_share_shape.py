@@ -12,12 +12,12 @@ from array import array
 
 import pytest
 
-from clients.records import RequestResult
-from clients.scenarios import fleet_delta, tier_figures
-from clients.stats import summarise
 from fastmode.cli import main
-from workload import WorkloadError
-from workload.sweep import parse_shares, sweep_mix, sweep_row
+from fastmode.clients.records import RequestResult
+from fastmode.clients.scenarios import fleet_delta, tier_figures
+from fastmode.clients.stats import summarise
+from fastmode.workload import WorkloadError
+from fastmode.workload.sweep import parse_shares, sweep_mix, sweep_row
 
 ROW_KEYS = {"ttft_s", "output_tokens_per_s_per_user_p50", "output_tokens_per_s", "rejected",
             "requests", "cost_usd"}

@@ -8,11 +8,11 @@ from collections import Counter
 import orjson
 import pytest
 
-from clients.http_transport import request_body
-from clients.load_config import LoadConfig, LoadError
-from clients.loadgen import LoadGenerator, arrival_offsets
-from clients.stats import summarise
-from clients.workload import FlagWorkload, LengthDist, RequestSpec, Route, Sampler
+from fastmode.clients.http_transport import request_body
+from fastmode.clients.load_config import LoadConfig, LoadError
+from fastmode.clients.loadgen import LoadGenerator, arrival_offsets
+from fastmode.clients.stats import summarise
+from fastmode.clients.workload import FlagWorkload, LengthDist, RequestSpec, Route, Sampler
 
 
 def _event(obj: dict) -> bytes:
@@ -241,7 +241,7 @@ def test_request_body_with_tools_and_without_ignore_eos():
 
 
 def test_worker_plan_splits_the_load_exactly():
-    from clients.worker_processes import plan
+    from fastmode.clients.worker_processes import plan
 
     routes = {"standard": Route("/v1", "m")}
     wl = FlagWorkload({"standard": 1}, LengthDist("fixed", 20), LengthDist("fixed", 5), seed=4)

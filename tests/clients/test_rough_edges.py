@@ -9,8 +9,8 @@ import httpx
 import pytest
 from rich.table import Table
 
-from clients.events import Done, Summary, TextDelta, Usage
 from fastmode.cli import _common, main
+from fastmode.clients.events import Done, Summary, TextDelta, Usage
 
 
 def test_chat_without_a_server_names_the_url(capsys) -> None:

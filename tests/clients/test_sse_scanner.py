@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from clients.sse_scanner import StreamParser
+from fastmode.clients.sse_scanner import StreamParser
 
 HEAD = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 

@@ -6,9 +6,9 @@ from array import array
 
 import pytest
 
-from clients.records import RequestResult, ToolCallRecord
-from clients.schema_check import check_tool_call, check_value, tool_schema
-from clients.stats import (
+from fastmode.clients.records import RequestResult, ToolCallRecord
+from fastmode.clients.schema_check import check_tool_call, check_value, tool_schema
+from fastmode.clients.stats import (
     Price,
     chunk_itls,
     group_summary,
@@ -24,7 +24,7 @@ from clients.stats import (
     tpot,
     user_tokens_per_s,
 )
-from clients.workload import BENCH_TOOLS
+from fastmode.clients.workload import BENCH_TOOLS
 
 
 def req(

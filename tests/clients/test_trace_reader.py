@@ -7,9 +7,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from clients.trace_reader import TraceError, read_trace
-from clients.workload import BENCH_TOOLS, CHAT_FRAMING_TOKENS, TOOL_MIN_MAX_TOKENS
 from fastmode.cli import main
+from fastmode.clients.trace_reader import TraceError, read_trace
+from fastmode.clients.workload import BENCH_TOOLS, CHAT_FRAMING_TOKENS, TOOL_MIN_MAX_TOKENS
 
 TIERS = ("standard", "fast", "spark")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from clients.verify.compare import compare, percentile, server_metrics
-from clients.verify.tools import read
-from clients.verify.truth import from_record, load
 from fastmode.cli import main
+from fastmode.clients.verify.compare import compare, percentile, server_metrics
+from fastmode.clients.verify.tools import read
+from fastmode.clients.verify.truth import from_record, load
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from clients.verify.compare import NothingCompared, compare
-from clients.verify.records import ToolRequest, ToolRun
-from clients.verify.tools import Unreadable, read
-from clients.verify.truth import Truth, load
 from fastmode.cli import main
+from fastmode.clients.verify.compare import NothingCompared, compare
+from fastmode.clients.verify.records import ToolRequest, ToolRun
+from fastmode.clients.verify.tools import Unreadable, read
+from fastmode.clients.verify.truth import Truth, load
 
 FIX = Path(__file__).parent / "fixtures" / "verify"
 

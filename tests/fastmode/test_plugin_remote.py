@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+from fastmode.gateway.config import RemoteConfig, RemoteTierConfig, load_config
 from fastmode.pytest_plugin import FastmodeTest
 from fastmode.server import Server
-from gateway.config import RemoteConfig, RemoteTierConfig, load_config
 
 ASK = [{"role": "user", "content": "hello there"}]
 

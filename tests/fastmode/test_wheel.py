@@ -26,9 +26,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_installs_only_fastmodes_packages(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top == {"fastmode", "gateway", "backends", "clients", "workload"}
+    assert top == {"fastmode"}
     assert "fastmode/cli/__init__.py" in names and "fastmode/__main__.py" in names
-    assert "backends/data/" in {n[:len("backends/data/")] for n in names}  # package data
+    for layer in ("gateway", "backends", "clients", "workload"):
+        assert f"fastmode/{layer}/__init__.py" in names
+    assert "fastmode/backends/data/hardware.toml" in names  # package data
+    assert "fastmode/gateway/data/default.toml" in names
 
 
 def test_the_wheel_declares_the_command(wheel: Path) -> None:
@@ -71,8 +74,8 @@ def test_a_users_test_runs_on_the_installed_wheel(wheel: Path, tmp_path: Path) -
     work.mkdir()
     (work / "test_user.py").write_text(USER_TEST)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FASTMODE_LEDGER")}
-    where = subprocess.run([str(py), "-c", "import fastmode, gateway; print(fastmode.__file__,"
-                            " gateway.__file__)"], cwd=work, env=env, check=True,
+    where = subprocess.run([str(py), "-c", "import fastmode, fastmode.gateway as g;"
+                            " print(fastmode.__file__, g.__file__)"], cwd=work, env=env, check=True,
                            capture_output=True, text=True).stdout
     assert where.count(site) == 2, where  # the wheel's copy, not the checkout's
     for extra in ([], ["-n", "2"]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gateway.config import default_config_text
+from fastmode.gateway.config import default_config_text
 
 
 def with_keys(section: str = "server", text: str | None = None, **values: object) -> str:

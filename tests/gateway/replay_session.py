@@ -21,10 +21,10 @@ from conftest import quick_config_text
 from test_remote import serve
 from websockets.asyncio.client import connect
 
-from backends.engine import build
-from gateway.config import Config
-from gateway.edge.app import create_app
-from gateway.engine_config import engine_config
+from fastmode.backends.engine import build
+from fastmode.gateway.config import Config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engine_config import engine_config
 
 USER = [{"role": "user", "content": "Tell me about the sea in two sentences."}]
 WEATHER_CHAT = {"type": "function", "function": {

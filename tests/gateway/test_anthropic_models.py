@@ -15,8 +15,8 @@ import httpx
 import openai
 import pytest
 
-from backends.engine import build
-from gateway.config import load_config
+from fastmode.backends.engine import build
+from fastmode.gateway.config import load_config
 
 MODELS = list(load_config().routes)  # every model the built-in config routes, in its order
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from backends.mockmodel import validate_arguments
+from fastmode.backends.mockmodel import validate_arguments
 
 WEATHER = {
     "name": "get_weather",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ApiKey, AuthConfig, TierLimit
-from gateway.errors import APIError
-from gateway.pipeline.auth import Authenticator
-from gateway.state import SQLiteState
+from fastmode.gateway.config import ApiKey, AuthConfig, TierLimit
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.auth import Authenticator
+from fastmode.gateway.state import SQLiteState
 
 
 class Clock:

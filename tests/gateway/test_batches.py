@@ -16,9 +16,9 @@ import httpx2
 import openai
 import pytest
 
-from backends.batch_pool import BatchPool
-from gateway.config import load_config
-from gateway.edge.app import create_app
+from fastmode.backends.batch_pool import BatchPool
+from fastmode.gateway.config import load_config
+from fastmode.gateway.edge.app import create_app
 
 KEYS = '[auth]\nenabled = true\n[[auth.keys]]\nkey = "ka"\n[[auth.keys]]\nkey = "kb"\n'
 
@@ -63,7 +63,7 @@ async def until(fetch: Any, done: Any, timeout: float = 20.0) -> Any:
 
 def test_the_pool_runs_slots_at_once_and_derives_a_cheaper_price() -> None:
     spec = load_config()
-    from backends.engine import build
+    from fastmode.backends.engine import build
 
     dep = build(spec.sim()).tiers["standard"].deployment
     pool = BatchPool(dep.placement, 1024, 8192, 1500, 1000, slots=2)

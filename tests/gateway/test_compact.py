@@ -20,7 +20,7 @@ import pytest
 import websockets
 from conftest import launch, quick_config_text, stop_server
 
-from gateway.protocols.openai_responses.compact import summary_tokens
+from fastmode.gateway.protocols.openai_responses.compact import summary_tokens
 
 KEY_A = "sk-compact-a-5d1e9c7b3a2f48605d1e9c7b3a2f4860"
 KEY_B = "sk-compact-b-8f2a6c4e0b9d17358f2a6c4e0b9d1735"

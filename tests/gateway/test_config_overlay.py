@@ -17,7 +17,7 @@ from conftest import ROOT, launch, stop_server
 from openai.types import ChatModel
 from test_overload import SMALL_QUEUE
 
-from gateway.config import Config, ConfigError, default_config_text, load_config
+from fastmode.gateway.config import Config, ConfigError, default_config_text, load_config
 
 
 def write(tmp_path: Path, text: str) -> Path:

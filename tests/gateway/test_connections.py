@@ -150,7 +150,7 @@ def test_one_timer_sweeps_every_pending_head() -> None:
     """Heads on the clock share one timer (not one per connection): each is answered once its
     deadline has passed, within a quarter of the deadline after it, and the timer stops when
     no head is pending. A loop whose clock the test moves."""
-    from gateway.edge.connections import _Heads
+    from fastmode.gateway.edge.connections import _Heads
 
     class Loop:
         def __init__(self) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from conftest import started_app
 
-from gateway.money import COST_DIGITS, cost_text
+from fastmode.gateway.money import COST_DIGITS, cost_text
 
 
 @pytest.fixture

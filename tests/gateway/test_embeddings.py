@@ -14,11 +14,11 @@ import httpx
 import openai
 import pytest
 
-from backends.embeddings import EmbeddingPool, cosine, embed, shortened
-from backends.tokenizer import count_tokens
-from gateway.config import default_config_text, load_config
-from gateway.edge.app import create_app
-from gateway.endpoints import embeddings as embeddings_module
+from fastmode.backends.embeddings import EmbeddingPool, cosine, embed, shortened
+from fastmode.backends.tokenizer import count_tokens
+from fastmode.gateway.config import default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.endpoints import embeddings as embeddings_module
 
 SIMILAR = ["The cat sat on the mat.", "A cat was sitting on the mat."]
 UNRELATED = "Quarterly revenue grew by ten percent in Europe."

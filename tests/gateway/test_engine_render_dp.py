@@ -13,11 +13,11 @@ from typing import Any
 
 from virtual_app import app_client, run_app_virtual
 
-from backends.block_hash import BlockHasher
+from fastmode.backends.block_hash import BlockHasher
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
-from gateway.config import Config, load_config
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import Config, load_config
+from fastmode.gateway.engine_config import engine_config
 
 DEPLOYMENT = "oss"
 USER = [{"role": "user", "content": "Which rank serves this request, and why that one? " * 6}]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from starlette.datastructures import Headers
 
-from gateway.edge.connections import HANG_UP, DirectResponse, on_hang_up
-from gateway.edge.turn_http import plain_headers
+from fastmode.gateway.edge.connections import HANG_UP, DirectResponse, on_hang_up
+from fastmode.gateway.edge.turn_http import plain_headers
 
 
 class FakeTransport:
@@ -101,10 +101,10 @@ def test_headers_read_once_answer_as_starlette_does() -> None:
                                                ("trace", True)])
 def test_access_lines_are_made_only_at_a_level_that_prints_them(monkeypatch, level: str,
                                                                  logged: bool) -> None:
-    from gateway.config import load_config
-    from gateway.edge.app import create_app
-    from gateway.edge.shutdown import GatewayServer
-    from gateway.workers.server import serve
+    from fastmode.gateway.config import load_config
+    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.edge.shutdown import GatewayServer
+    from fastmode.gateway.workers.server import serve
 
     seen: dict[str, Any] = {}
 
@@ -232,7 +232,7 @@ def test_the_server_collects_young_objects_less_often(monkeypatch) -> None:
 
     import uvicorn
 
-    from gateway.edge.shutdown import GC_YOUNG_THRESHOLD, GatewayServer
+    from fastmode.gateway.edge.shutdown import GC_YOUNG_THRESHOLD, GatewayServer
 
     async def started(self: Any, sockets: Any = None) -> None:
         return None
@@ -259,7 +259,7 @@ def test_connection_addresses_are_what_uvicorns_functions_read(loop_kind: str, f
     import uvloop
     from uvicorn.protocols.utils import get_local_addr, get_remote_addr
 
-    from gateway.edge.connections import addresses
+    from fastmode.gateway.edge.connections import addresses
 
     seen: list[tuple[Any, Any]] = []
 
@@ -326,7 +326,7 @@ def test_ipv6_addresses_keep_host_and_port_as_uvicorn_does(saved: bool) -> None:
     none, by asking the socket uvicorn's way."""
     from uvicorn.protocols.utils import get_local_addr, get_remote_addr
 
-    from gateway.edge.connections import addresses
+    from fastmode.gateway.edge.connections import addresses
 
     transport = _Transport(saved)
     assert addresses(transport) == (get_local_addr(transport), get_remote_addr(transport))

@@ -21,13 +21,13 @@ import orjson
 import pytest
 from prometheus_client import generate_latest
 
-from gateway import protocols
-from gateway.config import Config, default_config_text, load_config
-from gateway.edge.app import create_app
-from gateway.observe.host_lag import WARN_EVERY_S, HostLag
-from gateway.pipeline.turn import Turn
-from gateway.protocols.base import RequestContext
-from gateway.state import COMPLETED
+from fastmode.gateway import protocols
+from fastmode.gateway.config import Config, default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.observe.host_lag import WARN_EVERY_S, HostLag
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import RequestContext
+from fastmode.gateway.state import COMPLETED
 
 STALL = 0.25
 TOKENS = 200
@@ -159,7 +159,7 @@ async def test_the_warning_comes_at_most_once_a_minute(app: Any,
 def test_the_warning_summarises_the_slips_since_the_last_one() -> None:
     """With a clock of its own: a warning at the first slip, none within a minute, then one
     that counts what happened in between, per tier."""
-    from gateway.observe.metrics import Metrics
+    from fastmode.gateway.observe.metrics import Metrics
 
     now = [0.0]
     spark = SimpleNamespace(name="spark", deployment=SimpleNamespace(name="spark"))

@@ -13,8 +13,8 @@ import openai
 import pytest
 from PIL import Image
 
-from backends.images import UNKNOWN_SIZE, openai_tokens
-from gateway.remote.translate import chat_messages
+from fastmode.backends.images import UNKNOWN_SIZE, openai_tokens
+from fastmode.gateway.remote.translate import chat_messages
 
 
 def data_url(width: int, height: int) -> str:

@@ -10,8 +10,8 @@ import httpx
 from conftest import launch, quick_config_text, stop_server
 
 from fastmode.cli._faults import banner_lines
-from gateway.config import StateConfig
-from gateway.state import SQLiteState
+from fastmode.gateway.config import StateConfig
+from fastmode.gateway.state import SQLiteState
 
 ADMIN_KEY = "admin-secret"
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from conftest import asgi_client
 
-from backends.block_hash import BlockHasher, external
-from gateway.config import load_config
-from gateway.engine_config import engine_config
+from fastmode.backends.block_hash import BlockHasher, external
+from fastmode.gateway.config import load_config
+from fastmode.gateway.engine_config import engine_config
 
 LONG = " ".join(f"word{i} of the shared system prompt" for i in range(60))
 
@@ -98,6 +98,6 @@ async def test_completions_token_prompt_blocks(engine) -> None:
 
 
 def test_gateway_cache_keeps_provider_steps() -> None:
-    from backends.engine import build
+    from fastmode.backends.engine import build
     spec = build(load_config().sim())
     assert all(d.kv_blocks is None for d in spec.deployments.values())

@@ -20,10 +20,10 @@ import zmq.asyncio
 
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
-from gateway.config import ConfigError, load_config
-from gateway.edge.app import create_app
-from gateway.engine_config import engine_config
-from gateway.observe.kv_events import offset_endpoint
+from fastmode.gateway.config import ConfigError, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engine_config import engine_config
+from fastmode.gateway.observe.kv_events import offset_endpoint
 
 LONG = " ".join(f"step{i} of the agent's shared tool manual" for i in range(50))
 
@@ -232,7 +232,7 @@ def test_bad_kv_events_config(value, match) -> None:
 
 
 def test_events_need_blocks() -> None:
-    from gateway.observe.kv_events import KVEvents
+    from fastmode.gateway.observe.kv_events import KVEvents
 
     cfg = load_config()
     dep = cfg.deployments["spark"]
@@ -266,8 +266,8 @@ def test_the_kubernetes_engine_publishes_events() -> None:
 
 
 def test_wire_layout_and_ranks() -> None:
-    from backends.config import KVEventsConfig
-    from gateway.observe.kv_events import Publisher
+    from fastmode.backends.config import KVEventsConfig
+    from fastmode.gateway.observe.kv_events import Publisher
 
     base = free_pair()
     cfg = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.config import Config, default_config_text, load_config
-from gateway.edge.app import create_app
-from gateway.pipeline import turn as turn_module
+from fastmode.gateway.config import Config, default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.pipeline import turn as turn_module
 
 CHAT = {"model": "frontier", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
 MESSAGES = {"model": "frontier", "max_tokens": 5,

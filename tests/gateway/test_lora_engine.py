@@ -19,8 +19,8 @@ from virtual_app import app_client, run_app_virtual
 from fastmode.cli import build_parser
 from fastmode.cli._vllm_features import RUNTIME_LORA_ENV
 from fastmode.cli.engine import apply_flags
-from gateway.config import ConfigError, load_config
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import ConfigError, load_config
+from fastmode.gateway.engine_config import engine_config
 
 DEPLOYMENT = "oss"
 PROMPT = "Translate the question into SQL: which users signed up last week? " * 8

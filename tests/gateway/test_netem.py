@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from backends.drivers import Arrival, VirtualDriver
-from backends.engine import build
-from gateway.config import load_config
-from gateway.edge.netem import (
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import build
+from fastmode.gateway.config import load_config
+from fastmode.gateway.edge.netem import (
     KEEPALIVE_IDLE_S,
     ConnectionTracker,
     NetemMiddleware,

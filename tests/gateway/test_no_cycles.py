@@ -25,10 +25,10 @@ import openai
 import pytest
 from test_remote import aclient, serve, topo  # noqa: F401 - topo: a fixture
 
-from gateway.config import Config, default_config_text
-from gateway.edge.app import create_app
+from fastmode.gateway.config import Config, default_config_text
+from fastmode.gateway.edge.app import create_app
 
-OURS = ("gateway", "backends")
+OURS = ("fastmode.gateway.", "fastmode.backends.")
 
 
 def ours_in(objects: list[object]) -> Counter[str]:

@@ -12,8 +12,8 @@ import openai
 import pytest
 from conftest import SdkClock
 
-from backends.mockmodel import validate_arguments
-from gateway.config import load_config
+from fastmode.backends.mockmodel import validate_arguments
+from fastmode.gateway.config import load_config
 
 WEATHER = {
     "type": "function",
@@ -323,7 +323,7 @@ def test_fast_pool_full_is_a_429_the_sdk_retries(server_factory, monkeypatch) ->
         assert e.value.code == "rate_limit_exceeded"
         hint = int(headers["retry-after-ms"]) / 1000
         assert 1 < hint < 60  # the held stream has thousands of tokens left
-        # whole seconds, rounded up (gateway/errors.py: ceil of retry-after-ms), at least 1
+        # whole seconds, rounded up (fastmode/gateway/errors.py: ceil of retry-after-ms), at least 1
         assert 0 <= int(headers["retry-after"]) - hint < 1
         # it waited once, for the first answer's hint: a little longer than the last one's
         assert len(clock.waits) == 1 and hint <= clock.waits[0] < hint + 5

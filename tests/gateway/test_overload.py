@@ -18,18 +18,18 @@ import pytest
 from configs import with_keys
 from test_openai_sdk import USER
 
-from backends.drivers import new_sequence
-from backends.engine import build
-from backends.free_slot import free_slot_in
-from backends.mockmodel import GenerationRequest
-from backends.scheduler import Scheduler
-from gateway.config import load_config
-from gateway.edge.app import create_app
-from gateway.errors import APIError
-from gateway.pipeline.overflow import QueueModel
-from gateway.pipeline.request import TurnRequest
-from gateway.pipeline.turn import Turn
-from gateway.protocols import CHAT, RequestContext
+from fastmode.backends.drivers import new_sequence
+from fastmode.backends.engine import build
+from fastmode.backends.free_slot import free_slot_in
+from fastmode.backends.mockmodel import GenerationRequest
+from fastmode.backends.scheduler import Scheduler
+from fastmode.gateway.config import load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.overflow import QueueModel
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols import CHAT, RequestContext
 
 SMALL_QUEUE = """
 [deployments.std]

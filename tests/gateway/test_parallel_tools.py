@@ -10,7 +10,7 @@ import json
 import anthropic
 import openai
 
-from backends.mockmodel import validate_arguments
+from fastmode.backends.mockmodel import validate_arguments
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
         "additionalProperties": False}

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from virtual_app import app_client, run_app_virtual
 
-from backends.config import BackgroundConfig
-from backends.perf import prefill_attention_context
-from backends.perf_modes import kv_transfer_seconds
+from fastmode.backends.config import BackgroundConfig
+from fastmode.backends.perf import prefill_attention_context
+from fastmode.backends.perf_modes import kv_transfer_seconds
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
-from gateway.config import Config, ConfigError, load_config
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import Config, ConfigError, load_config
+from fastmode.gateway.engine_config import engine_config
 
 DEPLOYMENT = "oss"
 NIXL = '{"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cuda"}'

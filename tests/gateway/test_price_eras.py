@@ -21,12 +21,12 @@ from conftest import quick_config_text
 from pydantic import ValidationError
 from test_remote import serve
 
-from backends.engine import build
-from backends.predict import predict_tier
-from backends.pricing import Prices
-from gateway.config import Config, load_config
-from gateway.edge.app import create_app
-from gateway.pipeline.caching import CACHE_WRITE_FACTOR
+from fastmode.backends.engine import build
+from fastmode.backends.predict import predict_tier
+from fastmode.backends.pricing import Prices
+from fastmode.gateway.config import Config, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.pipeline.caching import CACHE_WRITE_FACTOR
 
 USER = [{"role": "user", "content": "What changed?"}]
 BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

@@ -21,13 +21,13 @@ import orjson
 import pytest
 from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
 
-from gateway import protocols
-from gateway.edge.app import create_app
-from gateway.errors import APIError
-from gateway.pipeline.push import SENT, WriteFailed, finish_send, start_send
-from gateway.pipeline.turn import Turn
-from gateway.protocols.base import RequestContext
-from gateway.state import CUT
+from fastmode.gateway import protocols
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.push import SENT, WriteFailed, finish_send, start_send
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import RequestContext
+from fastmode.gateway.state import CUT
 
 CHAT = BODIES["/v1/chat/completions"]
 
@@ -339,8 +339,8 @@ def test_a_shared_reply_is_laid_out_once_and_groups_the_same() -> None:
     """A scripted reply is one immutable Generation shared by every request: its ``Runs`` are
     made once; another reply (even an equal one) gets its own; grouping from the shared layout
     gives the same events as grouping piece by piece."""
-    from backends.mockmodel import TEXT, Piece
-    from gateway.protocols.events import grouped, runs_of
+    from fastmode.backends.mockmodel import TEXT, Piece
+    from fastmode.gateway.protocols.events import grouped, runs_of
 
     # 20 tokens of text, then 3 of the first tool call's arguments
     pieces = tuple(Piece(f"w{i} ", TEXT) for i in range(20)) + (Piece('{"a":', 0),) * 3
@@ -406,7 +406,7 @@ async def test_a_websocket_write_that_fails_while_pushing_ends_the_turn_quietly(
 async def test_text_deltas_written_as_sse_are_the_framed_events(app_for, path, interval) -> None:
     """Over SSE an encoder writes its text deltas as their SSE bytes (``WIRE``): the stream
     is byte for byte what framing its plain events gives."""
-    from gateway.protocols.events import WIRE
+    from fastmode.gateway.protocols.events import WIRE
 
     app = await app_for(interval)
     proto = protocols.ENDPOINTS[path[len("/v1"):]]

@@ -26,12 +26,12 @@ from conftest import quick_config_text
 from test_remote import serve
 from test_ws import connect, turn
 
-from backends.mockmodel import REASONING
-from backends.tokenizer import tokenize
-from gateway.config import Config
-from gateway.edge.app import create_app
-from gateway.engine_config import engine_config
-from gateway.remote.translate import ChunkReader, LiveReply, reply_from_completion
+from fastmode.backends.mockmodel import REASONING
+from fastmode.backends.tokenizer import tokenize
+from fastmode.gateway.config import Config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engine_config import engine_config
+from fastmode.gateway.remote.translate import ChunkReader, LiveReply, reply_from_completion
 
 OSS = "gpt-oss-120b"
 USER = [{"role": "user", "content": "Explain the trade-offs of continuous batching"}]

@@ -15,9 +15,9 @@ from conftest import quick_config_text
 from starlette.testclient import TestClient
 from test_turn import app_client, config_from  # noqa: F401 - the fixture
 
-from backends.engine import build
-from gateway.config import default_config_text, load_config
-from gateway.edge.app import create_app
+from fastmode.backends.engine import build
+from fastmode.gateway.config import default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
 
 THINK = [{"role": "user", "content": "Explain the trade-offs of continuous batching"}]
 

@@ -10,7 +10,7 @@ import json
 import anthropic
 import openai
 
-from backends.reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE
+from fastmode.backends.reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",

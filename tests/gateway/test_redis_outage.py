@@ -24,7 +24,7 @@ import httpx
 import pytest
 from conftest import free_port, launch, stop_server
 
-from gateway.config import default_config_text
+from fastmode.gateway.config import default_config_text
 
 REDIS = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(

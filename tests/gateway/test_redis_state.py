@@ -24,10 +24,10 @@ import pytest
 import redis
 from conftest import free_port
 
-from gateway.config import default_config_text
-from gateway.state import StoredResponse, UsageRow
-from gateway.state.health import StateUnavailable
-from gateway.state.redis_backend import RedisState
+from fastmode.gateway.config import default_config_text
+from fastmode.gateway.state import StoredResponse, UsageRow
+from fastmode.gateway.state.health import StateUnavailable
+from fastmode.gateway.state.redis_backend import RedisState
 
 REDIS = shutil.which("redis-server")
 

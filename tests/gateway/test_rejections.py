@@ -1,7 +1,7 @@
 """What a client sent, seen from the server: a refused request is one INFO line on
 ``fastmode.requests`` (field path, user agent), a trace when traced, and ``x-fastmode-trace:
 body`` keeps the body and headers, redacted. A real ``fastmode serve --log-level info`` with
-auth on, driven by the official SDKs (gateway/observe/rejections.py, trace_bodies.py)."""
+auth on, driven by the official SDKs (fastmode/gateway/observe/rejections.py, trace_bodies.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 import websockets
 from conftest import launch, quick_config_text, stop_server
 
-from gateway.cassettes.format import Redactor
-from gateway.observe.trace_bodies import BodyBounds, capture
+from fastmode.gateway.cassettes.format import Redactor
+from fastmode.gateway.observe.trace_bodies import BodyBounds, capture
 
 KEY = "sk-rejected-a-4c2e9b7d1f3a58604c2e9b7d1f3a5860"
 OTHER = "sk-rejected-b-8a1d3f5c7e9b02468a1d3f5c7e9b0246"

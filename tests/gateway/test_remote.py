@@ -1,4 +1,4 @@
-"""Remote tiers (gateway/remote/) against scripted fake upstreams, and `fastmode engine`'s config.
+"""Remote tiers (fastmode/gateway/remote/) against scripted fake upstreams, and `fastmode engine`'s config.
 
 The fake upstreams are small OpenAI-compatible servers (vLLM-shaped chunks, no ``time_info``)
 whose behaviour each test sets: answer (text or a tool call), fail with a status, die
@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.config import Config, ConfigError, default_config_text, load_config
-from gateway.edge.app import create_app
-from gateway.engine_config import engine_config
-from gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
+from fastmode.gateway.config import Config, ConfigError, default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engine_config import engine_config
+from fastmode.gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -363,7 +363,7 @@ def test_chunk_reader_whatever_the_chunking(step: int, tool: bool) -> None:
 
 
 def test_chunk_reader_raises_on_an_upstream_error_event() -> None:
-    from gateway.remote.translate import UpstreamFailed
+    from fastmode.gateway.remote.translate import UpstreamFailed
 
     reader = ChunkReader(LiveReply())
     with pytest.raises(UpstreamFailed, match="boom"):
@@ -429,7 +429,7 @@ def test_engine_config_serves_one_deployment() -> None:
     assert set(fast.routes) == {m for m, r in full.routes.items() if "fast" in r.roles().values()}
     assert "frontier" in fast.routes and "frontier-spark" not in fast.routes
     assert fast.routes["frontier"].standard == fast.routes["frontier"].fast == "fast"
-    from backends.engine import build
+    from fastmode.backends.engine import build
 
     derived = build(full.sim()).tiers["fast"].prices
     assert build(fast.sim()).tiers["fast"].prices == derived  # derived prices resolved

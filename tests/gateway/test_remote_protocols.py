@@ -14,9 +14,9 @@ import openai
 import pytest
 from test_remote import aclient, gw_metric, topo  # noqa: F401
 
-from backends.tokenizer import count_chat_prompt
-from gateway.pipeline.request import TurnRequest
-from gateway.remote import upstream_payload
+from fastmode.backends.tokenizer import count_chat_prompt
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.remote import upstream_payload
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -168,7 +168,7 @@ async def test_readiness_reflects_the_upstreams(topo) -> None:
 
 
 def test_upstream_payload_of_a_turn() -> None:
-    from backends.mockmodel import GenerationRequest, ToolSpec
+    from fastmode.backends.mockmodel import GenerationRequest, ToolSpec
 
     gen = GenerationRequest(
         messages=[{"role": "developer", "content": [{"type": "input_text", "text": "hi"}]},

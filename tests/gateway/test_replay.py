@@ -1,4 +1,4 @@
-"""Record and replay (gateway/cassettes/, docs/replay.md): a session recorded through a remote
+"""Record and replay (fastmode/gateway/cassettes/, docs/replay.md): a session recorded through a remote
 tier from a fastmode engine replays byte for byte over every protocol and transport, with the
 recorded timing or none; with a tier's modeled timing it says the same on that tier's clock and
 prices. Timing is checked on modeled timestamps (the streams' own times), never the wall clock.
@@ -23,9 +23,9 @@ from replay_session import (
     websocket,
 )
 
-from backends.pricing import operating_step_seconds
-from gateway.cassettes.check import check
-from gateway.cassettes.format import read
+from fastmode.backends.pricing import operating_step_seconds
+from fastmode.gateway.cassettes.check import check
+from fastmode.gateway.cassettes.format import read
 
 
 @pytest.fixture

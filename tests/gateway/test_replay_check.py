@@ -1,4 +1,4 @@
-"""Cassettes as files (gateway/cassettes/format.py, streams.py, check.py): ``fastmode
+"""Cassettes as files (fastmode/gateway/cassettes/format.py, streams.py, check.py): ``fastmode
 replay-check`` finds what is wrong with each line, a directory with a bad line is refused at
 start, a hand-edited cassette replays what it says, and the replay stream hands events out at
 their recorded times on a virtual clock."""
@@ -12,9 +12,9 @@ import pytest
 from replay_session import CHAT_STREAM, post, recording_locally, replaying, sse_data, steady
 
 from fastmode.cli import main
-from gateway.cassettes.library import CassetteError
-from gateway.cassettes.replay_stream import ReplayStream
-from gateway.edge.app import create_app
+from fastmode.gateway.cassettes.library import CassetteError
+from fastmode.gateway.cassettes.replay_stream import ReplayStream
+from fastmode.gateway.edge.app import create_app
 
 
 def test_the_replay_stream_hands_each_event_out_at_its_time_on_a_virtual_clock() -> None:
@@ -120,7 +120,7 @@ def test_serve_flags_are_checked_before_anything_starts(tmp_path, capsys) -> Non
 def test_upstream_flag_serves_every_tier_remotely(tmp_path) -> None:
     from fastmode.cli import build_parser
     from fastmode.cli._cassettes import apply
-    from gateway.config import load_config
+    from fastmode.gateway.config import load_config
 
     args = build_parser().parse_args(["serve", "--upstream", "http://127.0.0.1:9/",
                                       "--record", str(tmp_path)])

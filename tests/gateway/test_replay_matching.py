@@ -1,4 +1,4 @@
-"""Replay's matchers, misses and redaction (gateway/cassettes/library.py, matching.py,
+"""Replay's matchers, misses and redaction (fastmode/gateway/cassettes/library.py, matching.py,
 format.py): which recorded exchange a request gets, the 404 that names the nearest one in the
 route's own format, the mock model on a miss when asked, and what never reaches a cassette."""
 
@@ -20,8 +20,8 @@ from replay_session import (
     websocket,
 )
 
-from gateway.cassettes.config import RecordConfig
-from gateway.cassettes.format import read
+from fastmode.gateway.cassettes.config import RecordConfig
+from fastmode.gateway.cassettes.format import read
 
 CHAT = {"model": "frontier", "messages": USER, "max_tokens": 12}
 MESSAGES = {"model": "frontier", "max_tokens": 12, "messages": USER}
@@ -164,7 +164,7 @@ async def test_an_upstream_failure_mid_stream_replays_as_recorded(tmp_path) -> N
     from replay_session import config
     from test_remote import Fake, serve
 
-    from gateway.edge.app import create_app
+    from fastmode.gateway.edge.app import create_app
 
     fake = Fake()
     fake.mode = "die"

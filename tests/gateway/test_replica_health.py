@@ -19,7 +19,7 @@ import orjson
 import pytest
 from test_stream_interval import BODIES, config, sse_data
 
-from gateway.edge.app import create_app
+from fastmode.gateway.edge.app import create_app
 
 USER = [{"role": "user", "content": "Explain continuous batching."}]  # prose, no script
 CHAT = {**BODIES["/v1/chat/completions"], "messages": USER, "max_tokens": 400,

@@ -22,7 +22,7 @@ import openai
 import pytest
 import websockets
 
-from gateway.protocols.openai_responses.tools import HOSTED_REQUIRED
+from fastmode.gateway.protocols.openai_responses.tools import HOSTED_REQUIRED
 
 CODEX = json.loads((Path(__file__).parent.parent / "data" / "codex_responses_request.json")
                    .read_text())

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from backends.mockmodel.request import CUSTOM, FUNCTION
-from backends.tokenizer import count_chat_prompt
-from gateway.errors import APIError
-from gateway.protocols.openai_responses.items import answered_calls, input_messages
-from gateway.protocols.openai_responses.tools import HOSTED_REQUIRED, declared, tool_groups
+from fastmode.backends.mockmodel.request import CUSTOM, FUNCTION
+from fastmode.backends.tokenizer import count_chat_prompt
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.openai_responses.items import answered_calls, input_messages
+from fastmode.gateway.protocols.openai_responses.tools import HOSTED_REQUIRED, declared, tool_groups
 
 CODEX = json.loads((Path(__file__).parent.parent / "data" / "codex_responses_request.json")
                    .read_text())

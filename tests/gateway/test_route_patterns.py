@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from backends.engine import build
-from gateway.config import Config, ConfigError, default_config_text, load_config
-from gateway.errors import APIError
-from gateway.pipeline.routing import Router
+from fastmode.backends.engine import build
+from fastmode.gateway.config import Config, ConfigError, default_config_text, load_config
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.routing import Router
 
 # every default and built-in id of Claude Code 2.1.197 and Codex CLI 0.171.0, and its tier
 CLI_IDS = {

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from gateway.config import default_config_text
+from fastmode.gateway.config import default_config_text
 
 # replies stay short so that a fuzzed request that is valid costs a fraction of a second (and
 # the hardware is faster: what is checked is the status and the error format, not the speed)

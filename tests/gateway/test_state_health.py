@@ -9,7 +9,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gateway.state.health import StateCollector, StateHealth, StateUnavailable
+from fastmode.gateway.state.health import StateCollector, StateHealth, StateUnavailable
 
 
 def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:

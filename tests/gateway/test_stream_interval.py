@@ -16,11 +16,11 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from gateway import protocols
-from gateway.config import Config, default_config_text, load_config
-from gateway.edge.app import create_app
-from gateway.pipeline.turn import Turn
-from gateway.protocols.base import RequestContext
+from fastmode.gateway import protocols
+from fastmode.gateway.config import Config, default_config_text, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import RequestContext
 
 PROMPT = "interval test: stream the fixed reply"
 REPLY = ("Continuous batching keeps every slot of the engine busy: when one sequence ends, "
@@ -201,8 +201,8 @@ def test_a_cancelled_websocket_turn_reports_the_text_sent(tmp_path, interval) ->
 
 
 def test_grouping_merges_one_kind_within_a_group_and_never_reasoning() -> None:
-    from backends.mockmodel import Piece
-    from gateway.protocols.events import Runs, grouped
+    from fastmode.backends.mockmodel import Piece
+    from fastmode.gateway.protocols.events import Runs, grouped
 
     kinds = [-2, -2, -1, -1, -1, -1, -1, 0, 0, 0, 1, 1]  # reasoning, text, call 0, call 1
     pieces = tuple(Piece(f"<{k}:{i}>", k) for i, k in enumerate(kinds))

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
-from backends.mockmodel import validate_arguments
+from fastmode.backends.mockmodel import validate_arguments
 
 
 class Address(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.observe.metrics import LATENCY_BUCKETS, Metrics
+from fastmode.gateway.observe.metrics import LATENCY_BUCKETS, Metrics
 
 # (tier, status, prompt, cached, output, cost, ttft, itl): requests as settlement records them
 REQUESTS = [

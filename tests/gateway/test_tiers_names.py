@@ -11,11 +11,11 @@ import httpx
 import openai
 import pytest
 
-from backends.engine import build
-from backends.mockmodel import GenerationRequest
-from gateway.config import Config, load_config
-from gateway.edge.app import create_app
-from gateway.pipeline.request import TurnRequest
+from fastmode.backends.engine import build
+from fastmode.backends.mockmodel import GenerationRequest
+from fastmode.gateway.config import Config, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.pipeline.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01"}

@@ -7,9 +7,9 @@ import orjson
 import pytest
 from conftest import launch, stop_server
 
-from backends.engine import build
-from backends.pricing import operating_step_seconds
-from gateway.config import load_config
+from fastmode.backends.engine import build
+from fastmode.backends.pricing import operating_step_seconds
+from fastmode.gateway.config import load_config
 
 BODY = {"model": "frontier-spark", "max_tokens": 1000, "ignore_eos": True,  # exactly 1,000
         "messages": [{"role": "user", "content": "Write a very long essay about rivers."}]}

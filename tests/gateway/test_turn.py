@@ -13,11 +13,11 @@ import pytest
 from starlette.testclient import TestClient
 from test_openai_sdk import small
 
-from backends.mockmodel import GenerationRequest
-from gateway import protocols
-from gateway.config import Config, load_config
-from gateway.edge.app import create_app
-from gateway.pipeline.request import TurnRequest
+from fastmode.backends.mockmodel import GenerationRequest
+from fastmode.gateway import protocols
+from fastmode.gateway.config import Config, load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.pipeline.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 

@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from gateway.remote.http import ConnectError, Disconnected, Pool, ReadTimeout
+from fastmode.gateway.remote.http import ConnectError, Disconnected, Pool, ReadTimeout
 
 
 @contextlib.asynccontextmanager

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import load_config
-from gateway.edge.app import create_app
-from gateway.engine_config import engine_config
+from fastmode.gateway.config import load_config
+from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engine_config import engine_config
 
 USER = [{"role": "user", "content": "Explain continuous batching."}]
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
@@ -96,8 +96,8 @@ async def test_values_add_up_to_the_requests(engine) -> None:
 
 
 async def test_running_gauge_counts_an_admitted_request(engine) -> None:
-    from backends.mockmodel import GenerationRequest
-    from gateway.pipeline.request import TurnRequest
+    from fastmode.backends.mockmodel import GenerationRequest
+    from fastmode.gateway.pipeline.request import TurnRequest
 
     before = value(await scrape(engine), "vllm:num_requests_running")
     gateway = engine._transport.app.state.gateway  # type: ignore[attr-defined]
@@ -131,7 +131,7 @@ async def test_the_fast_text_is_prometheus_clients_byte_for_byte(deployments: in
     re-attach (the cached label text made again)."""
     from prometheus_client import generate_latest
 
-    from gateway.observe.vllm_metrics import VllmMetrics
+    from fastmode.gateway.observe.vllm_metrics import VllmMetrics
 
     app = create_app(engine_config(load_config(), "spark", replicas=2))
     ctx = app.router.lifespan_context(app)

@@ -19,8 +19,8 @@ import pytest
 from conftest import ROOT, launch
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import Config, default_config_text, load_config
-from gateway.workers import WorkersError, partition
+from fastmode.gateway.config import Config, default_config_text, load_config
+from fastmode.gateway.workers import WorkersError, partition
 
 
 def test_each_replica_in_exactly_one_worker() -> None:
@@ -207,7 +207,7 @@ def test_the_merge_gives_the_parsers_families_with_a_worker_label() -> None:
     family only one worker has, and an empty label set."""
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-    from gateway.workers.aggregate import merge
+    from fastmode.gateway.workers.aggregate import merge
 
     texts = []
     for w in range(2):

@@ -1,4 +1,4 @@
-"""The one write path's queue (gateway/state/write_queue.py): creation order, a newer write of
+"""The one write path's queue (fastmode/gateway/state/write_queue.py): creation order, a newer write of
 an object replacing the older in place at the end, and an entry leaving only once a write that
 held it succeeded (a newer one of the same key, made meanwhile, stays)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.state.write_queue import Entry, WriteQueue
+from fastmode.gateway.state.write_queue import Entry, WriteQueue
 
 
 def entry(key: str, item: Any) -> Entry:

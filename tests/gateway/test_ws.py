@@ -13,8 +13,8 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from gateway.config import default_config_text
-from gateway.websocket import MAX_FRAME_BYTES
+from fastmode.gateway.config import default_config_text
+from fastmode.gateway.websocket import MAX_FRAME_BYTES
 
 TERMINAL = {"response.completed", "response.incomplete", "response.failed", "error"}
 KEY = "sk-fastmode-ws-test"

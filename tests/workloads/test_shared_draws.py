@@ -13,15 +13,15 @@ import random
 
 import pytest
 
-from backends.engine import EngineSpec, build
-from backends.simstats import Collector
-from backends.simulate import Workload, _Arrivals, _open_loop
-from clients.simcompare import simulate_args
-from clients.workload import FlagWorkload, Sampler
+from fastmode.backends.engine import EngineSpec, build
+from fastmode.backends.simstats import Collector
+from fastmode.backends.simulate import Workload, _Arrivals, _open_loop
 from fastmode.cli import build_parser
 from fastmode.cli.simulate import build_workload
-from gateway.config import load_config
-from workload import LengthDist, ShapeSampler, open_loop_times, user_rng
+from fastmode.clients.simcompare import simulate_args
+from fastmode.clients.workload import FlagWorkload, Sampler
+from fastmode.gateway.config import load_config
+from fastmode.workload import LengthDist, ShapeSampler, open_loop_times, user_rng
 
 MIX = {"standard": 0.7, "fast": 0.2, "spark": 0.1}
 
@@ -104,8 +104,8 @@ def test_one_sampler_same_sequence_whichever_side_holds_it() -> None:
 
 def test_closed_loop_users_draw_their_own_streams(spec: EngineSpec) -> None:
     """User u's k-th simulated request is the k-th draw from ``user_rng(seed, u)``."""
-    from backends.drivers import VirtualDriver
-    from backends.simulate import _ClosedLoop
+    from fastmode.backends.drivers import VirtualDriver
+    from fastmode.backends.simulate import _ClosedLoop
 
     wl = Workload(MIX, LengthDist("uniform", 800), LengthDist("uniform", 60),
                   concurrency=4, duration=5.0, seed=9)

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from workload import (
+from fastmode.workload import (
     LengthDist,
     ShapeSampler,
     TierPicker,

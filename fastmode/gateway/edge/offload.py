@@ -1,0 +1,134 @@
+"""Work that grows with a request's size runs off the event loop.
+
+One event loop serves every connection of a gateway process: while it parses a 16 MB body or
+counts the tokens of a 15-million-token prompt, nothing else moves, ``/healthz`` included. So a
+request whose body is over ``OFFLOAD_BYTES`` is parsed, bounds-checked (``gateway.edge.limits``),
+validated and translated (tokenized) in a worker thread; smaller ones stay inline, where the
+thread hop (~50 us) would cost more than the work.
+
+A thread alone is not enough: the GIL is held for the whole of any one C call (a regular
+expression, ``orjson.loads``, a pydantic validation). What keeps the loop's stalls short is that
+the long calls are bounded too: the tokenizer counts long texts in chunks and stops once a
+prompt is past the largest context window served (``backends.tokenizer.prompt_budget``), the
+limits refuse too many messages, tools, content parts or enum values before anything walks
+them, a body's JSON values are counted before it is parsed (``limits.max_json_values``), and
+the mock model reads a bounded window of the user's text for its cues. The pool has
+``WORKERS`` threads: more heavy requests at once wait their turn instead of competing for the
+GIL (and memory).
+
+The residual (``bench/hostile.py``, docs/reliability.md): ``orjson.loads`` of a body at the
+values bound is one C call of ~0.1-0.2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import gc
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from fastmode.backends.tokenizer import PromptTooLong, prompt_budget
+
+from ..config import LimitsConfig
+from ..errors import APIError
+from ..protocols.base import Protocol, parse_json
+from .limits import check_json_values, check_request
+
+if TYPE_CHECKING:
+    from ..pipeline.admission import Gateway
+
+OFFLOAD_BYTES = 64 * 1024  # bodies (or websocket frames) larger than this leave the loop
+WORKERS = 2
+
+T = TypeVar("T")
+_pool: ThreadPoolExecutor | None = None
+# the parameter a prompt's length is refused on, per protocol
+_PROMPT_PARAM = {"responses": "input", "completions": "prompt"}
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="fastmode-request")
+    return _pool
+
+
+async def off_loop(size: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``: inline if ``size`` (bytes of the request) is small, else in the
+    pool (with the caller's context variables); exceptions propagate either way."""
+    if size <= OFFLOAD_BYTES:
+        return fn(*args, **kwargs)
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_executor(), call)
+
+
+def parse_body(raw: bytes, limits: LimitsConfig | None = None) -> dict[str, Any]:
+    """``parse_json`` of a body whose values were counted first (``check_json_values``), with
+    the cyclic GC paused: a body of a million small arrays would otherwise trigger a
+    collection every 700 of them (3x the parse's own time)."""
+    if len(raw) <= OFFLOAD_BYTES:
+        return parse_json(raw)
+    if limits is not None:
+        check_json_values(raw, limits.max_json_values)
+    if not gc.isenabled():
+        return parse_json(raw)
+    gc.disable()
+    try:
+        return parse_json(raw)
+    finally:
+        gc.enable()
+
+
+def parse_frame(text: str, limits: LimitsConfig) -> Any:
+    """A websocket frame's JSON, bounded and parsed as ``parse_body`` does a body's."""
+    if len(text) <= OFFLOAD_BYTES:
+        return orjson.loads(text)
+    check_json_values(text.encode(), limits.max_json_values)
+    gc.disable()
+    try:
+        return orjson.loads(text)
+    finally:
+        gc.enable()
+
+
+def validated(protocol: Protocol, raw: bytes, limits: LimitsConfig) -> Any:
+    """The raw body parsed, bounds-checked and validated: the protocol's request model."""
+    return checked(protocol, parse_body(raw, limits), limits, raw)
+
+
+def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig,
+            raw: bytes | None = None) -> Any:
+    """A parsed body (from ``raw``, if given) bounds-checked (``gateway.edge.limits``) and
+    validated."""
+    check_request(protocol.name, body, limits, raw)
+    return protocol.validate(body)
+
+
+def max_context(gateway: Gateway) -> int:
+    """The largest context window of any tier: no prompt longer than this can be served."""
+    return gateway.spec.max_context_window
+
+
+def prompt_too_long(protocol: str, exc: PromptTooLong) -> APIError:
+    return APIError(
+        400, f"The prompt is longer than the largest context window served here "
+        f"({exc.limit} tokens): counting stopped at {exc.counted} tokens. Please reduce the "
+        "length of the messages.", param=_PROMPT_PARAM.get(protocol, "messages"),
+        code="context_length_exceeded")
+
+
+def counted(gateway: Gateway, protocol: str, fn: Callable[..., T], *args: Any,
+            **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` — a translation (``Turn(...)``, ``protocol.translate``) — with
+    its prompt counting bounded by the largest context window: a longer prompt is a 400 in
+    ``protocol``'s words as soon as counting passes it."""
+    try:
+        with prompt_budget(max_context(gateway)):
+            return fn(*args, **kwargs)
+    except PromptTooLong as exc:
+        raise prompt_too_long(protocol, exc) from None
