@@ -41,6 +41,8 @@ _SHARE_MAX = 0.95  # a prefill replica the background keeps busier than this is 
 class DisaggregatedScheduler(Scheduler):
     """A decode replica whose prompts are prefilled elsewhere (see the module doc)."""
 
+    paging = False  # the KV it receives is reserved for the whole reply: no preemption here
+
     def __init__(self, placement: Placement, limits: Limits, background: Background,
                  prefill: Placement) -> None:
         super().__init__(placement, limits, replace(background, prefill_tokens_per_step=0))

@@ -145,7 +145,8 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
         background = Background(
             d.background_seqs, d.background.context_tokens, d.background.prefill_tokens_per_step
         )
-        limits = Limits(d.max_batch, d.max_batched_tokens, d.max_waiting, d.prefix_caching)
+        limits = Limits(d.max_batch, d.max_batched_tokens, d.max_waiting, d.prefix_caching,
+                        d.block_size)
         routing = CacheRouting(d.prefix_caching and d.prefix_routing, d.prefix_routing_max_imbalance)
         demand = _tenants(config, name, d, placement, limits)
         if demand is not None:

@@ -48,7 +48,7 @@ def free_slot_at(sched: Scheduler, now: float) -> float:
     free = max(0, sched.limits.max_batch - bg.seqs - sched.running)
     joining = [seq for _, seq in zip(range(free), sched.waiting, strict=False)]
     pending = [_Prompt(seq, seq.prefilled) for seq in sched.prefilling]
-    pending += [_Prompt(seq, seq.cached_tokens) for seq in joining]
+    pending += [_Prompt(seq, seq.prefill_start) for seq in joining]
     if not decoders and not pending:
         return start
     # step j from now on (j = 1 is planned at `start`); a sequence frees its slot when its
@@ -65,7 +65,7 @@ def free_slot_at(sched: Scheduler, now: float) -> float:
             room = budget if budget > 0 else (1 if not chunked else 0)
             if room <= 0:
                 break
-            c = min(max(p.seq.prompt_tokens - p.done, 1), room)
+            c = min(max(p.seq.prefill_target - p.done, 1), room)
             pctx += prefill_attention_context(c, p.done)
             tokens += c
             budget -= c
@@ -74,14 +74,14 @@ def free_slot_at(sched: Scheduler, now: float) -> float:
         dt = sched.step_seconds(n + bg.seqs, ctx + bg.kv_tokens, tokens, pctx)
         ctx += n
         for p in pending[:chunked]:
-            if p.done >= p.seq.prompt_tokens:  # its first token in step j, its last in
-                n += 1  # j + output - 1
-                ctx += p.seq.prompt_tokens + 1
-                last = min(last, j + p.seq.output_tokens - 1)
+            if p.done >= p.seq.prefill_target:  # its first token in step j (its next after
+                n += 1  # a preemption), its last in j + output - recompute - 1
+                ctx += p.seq.prefill_target + 1
+                last = min(last, j + p.seq.output_tokens - p.seq.recompute - 1)
         if last <= j:  # a one-token reply: its slot frees as this very step is planned
             break
         elapsed += dt
-        pending = [p for p in pending if p.done < p.seq.prompt_tokens]
+        pending = [p for p in pending if p.done < p.seq.prefill_target]
         j += 1
     steps = int(last) - j  # decode-only steps before the freeing step is planned
     if steps > 0:

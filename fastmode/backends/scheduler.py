@@ -17,16 +17,18 @@ fleet, their load moves (``backends.tenants`` calls ``set_background`` at its ti
 waiting requests count against ``max_waiting``). A shared pool orders its waiting queue by the
 sequences' ``priority`` (higher first, FCFS within one): "priority processing".
 
-KV memory: a sequence reserves the KV it will reach (prompt + output) when admitted. The mock
-knows each reply's length up front, so this equals on-demand paging without preemption.
+KV memory is paged as vLLM pages it (``backends.kv_paging``): a sequence takes the blocks of
+its prompt when admitted and one more block whenever its context fills the last; when no block
+is left, the newest running request is preempted (its KV freed, recomputed when it is admitted
+again). ``vllm:num_preemptions_total`` counts them (``preemptions``).
 
 Prefix caching (``backends.prefix_cache``): a sequence with a ``PrefixKey`` finds its cached
 prefix when queued and neither prefills nor reserves it; its own prefix is stored once computed.
 Unpinned cache is the memory left over, evicted (LRU) when admission needs the room.
 
 Bookkeeping is O(1) per step in the number of running sequences: a sequence's token count is
-derived from the global step index (``step_index - first_step``), its finish step sits in a
-heap, and the batch's total context grows by the number of decoders each step. That is what lets
+derived from the global step index (``step_index - first_step``, per segment of steps once it
+was preempted: ``backends.sequence``), its finish step and next block sit in heaps, and the batch's total context grows by the number of decoders each step. That is what lets
 ``fastmode simulate`` run an hour of traffic in seconds.
 """
 
@@ -35,12 +37,13 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from .background import Background
+from .kv_paging import KvPaging, round_up
 from .lora import LoraSlots
 from .perf import Placement, prefill_attention_context
 from .prefix_cache import PrefixCache, PrefixKey
+from .sequence import CANCELLED, DECODE, FINISHED, PREFILL, WAITING, Sequence
 from .step_memo import StepMemo
 from .stretch import stretch
 
@@ -53,51 +56,7 @@ class Limits:
     max_batched_tokens: int = 8192  # tokens per step, decode + prefill [max_num_batched_tokens]
     max_waiting: int = 1024  # waiting-queue bound; beyond it a request is refused (overload)
     prefix_caching: bool = True  # keep computed prompt prefixes [enable_prefix_caching]
-
-
-WAITING, PREFILL, DECODE, FINISHED, CANCELLED = (
-    "waiting",
-    "prefill",
-    "decode",
-    "finished",
-    "cancelled",
-)
-
-
-@dataclass(slots=True, eq=False)
-class Sequence:
-    """One request inside the engine. ``tag`` is the driver's (e.g. where to send tokens)."""
-
-    id: int
-    prompt_tokens: int
-    output_tokens: int
-    arrival: float
-    cached_tokens: int = 0  # prefix already in the KV cache (a continuation): no prefill
-    tag: Any = None
-    prefix: PrefixKey | None = None  # where its prompt may be cut and cached
-    cache_hit: int = 0  # prompt tokens found in this replica's prefix cache
-    cache_entry: Any = None  # the cache chain it pins (backends.prefix_cache)
-    kv_held: int = 0  # KV it holds itself (the rest of ``kv_reserved`` is shared cache)
-    priority: int = 0  # a shared pool admits higher priorities first (fleet policy "priority")
-    lora: Any = None  # the LoRA adapter it runs on (backends.lora.LoraAdapter), None: the base
-    remote_kv_s: float = 0.0  # P/D: its KV comes from a prefill engine, this long once admitted
-    kv_ready_at: float = 0.0  # ... and is in from then on (backends.kv_transfer)
-    state: str = WAITING
-    prefilled: int = 0
-    first_step: int = -1  # index of the step that produced token 0
-    admitted_at: float = -1.0
-    first_token_at: float = -1.0
-    finished_at: float = -1.0
-
-    @property
-    def kv_reserved(self) -> int:
-        return self.prompt_tokens + self.output_tokens
-
-    def tokens_after(self, step_index: int) -> int:
-        """Tokens produced once step ``step_index`` has run."""
-        if self.first_step < 0 or step_index < self.first_step:
-            return 0
-        return min(self.output_tokens, step_index - self.first_step + 1)
+    block_size: int = 16  # tokens of KV per block [block_size]
 
 
 @dataclass(slots=True)
@@ -109,13 +68,16 @@ class StepResult:
     end: float
     decode_tokens: int  # user tokens produced by decoding sequences (one each)
     first_tokens: list[Sequence] = field(default_factory=list)  # prefill finished: token 0
+    resumed: list[Sequence] = field(default_factory=list)  # recompute done: their next token
     finished: list[Sequence] = field(default_factory=list)
     batch: int = 0  # sequences in the step, background included
     slip: float = 0.0  # seconds a real-time host served it late: ``end`` includes them
 
 
-class Scheduler(StepMemo):
+class Scheduler(StepMemo, KvPaging):
     """One replica's continuous-batching state machine."""
+
+    paging = True  # KV in blocks as sequences grow, preemption (False: reserved at admission)
 
     def __init__(self, placement: Placement, limits: Limits, background: Background) -> None:
         self.placement = placement
@@ -133,6 +95,11 @@ class Scheduler(StepMemo):
         self.prefilling: list[Sequence] = []
         self.decoding: dict[int, Sequence] = {}
         self._finish_heap: list[tuple[int, int]] = []  # (finish step index, seq id)
+        self.block = max(1, limits.block_size)
+        self._block_heap: list[tuple[int, int]] = []
+        self._admitted: dict[int, Sequence] = {}
+        self._ranks = 0
+        self.preemptions = 0
         self._decode_ctx = 0  # sum of context of user decoding sequences
         self._kv_used = 0  # KV reserved by admitted user sequences
         self._cancelled: set[int] = set()
@@ -202,6 +169,7 @@ class Scheduler(StepMemo):
         self.background = background
 
     def _unpin(self, seq: Sequence, now: float) -> None:
+        self._admitted.pop(seq.id, None)
         if self.cache is not None:
             self.cache.detach(seq, now)
         if self.lora is not None:
@@ -261,12 +229,14 @@ class Scheduler(StepMemo):
             if gate is not None and not gate.admits(seq):
                 passed += 1
                 continue
-            need = seq.kv_reserved - seq.cache_hit
+            if seq.relook:
+                self._relook(seq, now)
+            need = self._need(seq)
             if need > kv_free and cache is not None:
                 kv_free += cache.evict(need - kv_free)  # memory pressure: LRU prefixes go
                 if need > kv_free and not self.running:  # waiters' pins would block forever
                     cache.unpin_waiting(self.waiting, now)
-                    need = seq.kv_reserved
+                    need = self._need(seq)
                     kv_free += cache.evict(need - kv_free)
             if need > kv_free:
                 break  # strict FCFS: nobody overtakes the head of the queue
@@ -274,19 +244,31 @@ class Scheduler(StepMemo):
             if gate is not None:
                 gate.join(seq)
             seq.state = PREFILL
-            seq.admitted_at = now
+            if seq.admitted_at < 0:  # (first admission: a preempted one keeps its queue time)
+                seq.admitted_at = now
             seq.kv_ready_at = now + seq.remote_kv_s  # P/D: its KV crosses from now on
-            seq.prefilled = seq.cached_tokens
+            seq.prefilled = seq.prefill_start
             self.prefilling.append(seq)
+            self._admitted[seq.id] = seq
+            seq.rank = self._ranks = self._ranks + 1
             seq.kv_held = need
+            seq.kv_blocks = need + seq.cache_hit
             self._kv_used += need
             kv_free -= need
             slots -= 1
 
+    def _need(self, seq: Sequence) -> int:
+        """KV a sequence takes when admitted, beside the cached prefix it reads: the blocks of
+        what it prefills (paging), or its whole reply's."""
+        if self.paging:
+            return round_up(seq.prefill_target, self.block) - seq.cache_hit
+        return seq.kv_reserved - seq.cache_hit
+
     def step(self, now: float) -> StepResult | None:
         """Plan and run one step starting at ``now``; None when there is nothing to do."""
         self._drop_cancelled()
-        self._admit(now)
+        if not (self.paging and self._grow(self.step_index + 1)):
+            self._admit(now)  # as vLLM: a step that preempted admits nobody
         if not self.prefilling and not self.decoding:
             return None
         bg = self.background
@@ -303,7 +285,7 @@ class Scheduler(StepMemo):
             room = budget if budget > 0 else (1 if not chunks else 0)
             if room <= 0:
                 break
-            need = max(seq.prompt_tokens - seq.prefilled, 1)
+            need = max(seq.prefill_target - seq.prefilled, 1)
             c = min(need, room)
             chunks.append((seq, c))
             prefill_ctx += prefill_attention_context(c, seq.prefilled)
@@ -324,7 +306,7 @@ class Scheduler(StepMemo):
         self._decode_ctx += n_dec
         for seq, c in chunks:
             seq.prefilled += c
-            if seq.prefilled >= seq.prompt_tokens:
+            if seq.prefilled >= seq.prefill_target:
                 self.prefilling.remove(seq)
                 self._first_token(seq, index, end, result)
         self.step_index = index
@@ -338,20 +320,28 @@ class Scheduler(StepMemo):
         if self.cache is not None and seq.prefix is not None:
             self._kv_used -= self.cache.store(seq, end)  # its prompt's KV is shared now
         seq.state = DECODE
-        seq.first_step = index
-        seq.first_token_at = end
-        result.first_tokens.append(seq)
+        if seq.first_step < 0:
+            seq.first_step = index
+            seq.first_token_at = end
+            result.first_tokens.append(seq)
+        else:  # its recompute after a preemption: token ``recompute`` comes now
+            seq.resume(index)
+            result.resumed.append(seq)
         self.decoding[seq.id] = seq
-        self._decode_ctx += seq.prompt_tokens + 1
-        heapq.heappush(self._finish_heap, (index + seq.output_tokens - 1, seq.id))
+        self._decode_ctx += seq.prefill_target + 1
+        seq.finish_step = index + seq.output_tokens - seq.recompute - 1
+        heapq.heappush(self._finish_heap, (seq.finish_step, seq.id))
+        if self.paging:
+            self._blocks_from(seq, index)
 
     def _retire(self, index: int, end: float, out: list[Sequence]) -> None:
         heap = self._finish_heap
         while heap and heap[0][0] <= index:
-            _, sid = heapq.heappop(heap)
-            seq = self.decoding.pop(sid, None)
-            if seq is None:  # cancelled earlier
+            fstep, sid = heapq.heappop(heap)
+            seq = self.decoding.get(sid)
+            if seq is None or seq.finish_step != fstep:  # cancelled or preempted earlier
                 continue
+            del self.decoding[sid]
             self._cancelled.discard(sid)
             self._decode_ctx -= seq.prompt_tokens + seq.output_tokens
             self._kv_used -= seq.kv_held
@@ -375,7 +365,7 @@ class Scheduler(StepMemo):
             return False  # no closed form (speculative decoding; adapters' terms)
         if self.waiting and self.limits.max_batch - self.background.seqs - self.running > 0:
             return False
-        return True
+        return not self.paging or self._room(1) > 0  # its next block fits
 
     def run_steady(self, now: float, until: float) -> tuple[StepResult, float, float]:
         """Run decode-only steps from ``now`` while no event can change the batch.
@@ -396,7 +386,10 @@ class Scheduler(StepMemo):
         n = len(self.decoding)
         line = self._line(n + bg.seqs)  # depends on the batch only: memoised per batch size
         ctx = self._decode_ctx + bg.kv_tokens
-        return stretch(line, ctx, n, self._finish_heap[0][0] - self.step_index, until - now)
+        steps = self._finish_heap[0][0] - self.step_index
+        if self.paging:
+            steps = self._room(steps)  # up to the last step whose blocks fit
+        return stretch(line, ctx, n, steps, until - now)
 
     def commit_steady(self, now: float, steps: int, span: float) -> StepResult:
         """Run ``steps`` planned steady steps from ``now`` (``plan_steady``), lasting ``span``."""
@@ -405,6 +398,12 @@ class Scheduler(StepMemo):
         self.step_index += steps
         end = now + span
         self.busy_until = end
+        if self.paging:
+            self._grow_steady()
         result = StepResult(self.step_index, now, end, n * steps, batch=n + self.background.seqs)
         self._retire(self.step_index, end, result.finished)
         return result
+
+
+__all__ = ["CANCELLED", "DECODE", "FINISHED", "PREFILL", "WAITING", "Limits", "Scheduler",
+           "Sequence", "StepResult"]

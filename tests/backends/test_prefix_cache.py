@@ -155,10 +155,12 @@ def test_shared_blocks_are_reserved_once_and_evicted_under_pressure() -> None:
     b = Sequence(2, 4000, 50, sched.busy_until, prefix=key(3000))
     assert sched.submit(b)
     sched.step(sched.busy_until)
-    assert b.kv_held == 4050 - 3000 and cache.pinned == 3000  # the prefix is shared
+    # the prefix is shared: b holds the blocks of the rest of its prompt (its reply's come as
+    # it decodes)
+    assert b.kv_held == 4000 - 3000 and cache.pinned == 3000
     # a sequence that needs all the free memory evicts what is not pinned
     free = sched.kv_capacity - sched.background.kv_tokens - sched._kv_used - cache.size
-    filler = Sequence(3, free + 2000, 1, sched.busy_until)  # b frees 1050 of it
+    filler = Sequence(3, free + 2000, 1, sched.busy_until)  # b frees 1000 and more of it
     assert sched.submit(filler)
     sched.step(sched.busy_until)
     assert filler.state == "waiting"  # the pinned prefix cannot be evicted: it waits...

@@ -34,13 +34,18 @@ PLACEMENT = Placement(CAT.get_model("llama-3.1-8b"), CAT.get_hardware("h100-sxm"
 DEFAULT_BG = Background(2, 1000, 16)
 
 
+# the same with 22%: ~20K KV tokens, which eight long requests outgrow as they decode
+TIGHT = Placement(CAT.get_model("llama-3.1-8b"), CAT.get_hardware("h100-sxm"), 1, "bf16", 0.22)
+
+
 def make(
     max_batch: int = 8,
     budget: int = 512,
     max_waiting: int = 6,
     bg: Background = DEFAULT_BG,
+    placement: Placement = PLACEMENT,
 ) -> Scheduler:
-    return Scheduler(PLACEMENT, Limits(max_batch, budget, max_waiting), bg)
+    return Scheduler(placement, Limits(max_batch, budget, max_waiting), bg)
 
 
 class Checker:
@@ -85,6 +90,7 @@ class Checker:
         s = self.s
         active = self.active
         before = {q.id: (q.state, q.prefilled) for q in active}
+        preempted_before = s.preemptions
         cancel_pending = [
             q for q in active if q.id in self.cancel_requested and q.state in (PREFILL, DECODE)
         ]
@@ -102,11 +108,17 @@ class Checker:
         assert result.batch <= lim.max_batch
         running_in_step = s.running + len(result.finished)
         assert running_in_step + bg.seqs <= lim.max_batch
-        # KV: reservations of running sequences plus the background fit the capacity
-        user_kv = sum(q.kv_reserved for q in (*s.prefilling, *s.decoding.values()))
-        assert s.kv_used_tokens == user_kv + bg.kv_tokens
-        kv_in_step = user_kv + sum(q.kv_reserved for q in result.finished)
-        assert kv_in_step + bg.kv_tokens <= s.kv_capacity
+        # KV: the blocks of running sequences, the cache and the background fit the capacity
+        running = (*s.prefilling, *s.decoding.values())
+        user_kv = sum(q.kv_held for q in running)
+        pinned = s.cache.pinned if s.cache is not None else 0
+        cached = s.cache.size if s.cache is not None else 0
+        assert s.kv_used_tokens == user_kv + bg.kv_tokens + pinned
+        kv_in_step = user_kv + sum(q.kv_held for q in result.finished)
+        assert user_kv + cached + bg.kv_tokens <= s.kv_capacity
+        for q in running:  # whole blocks, holding every token whose KV is written
+            assert q.kv_blocks % s.block == 0
+            assert q.kv_blocks >= q.prompt_tokens + max(0, q.tokens_after(s.step_index) - 1)
         # the O(1) context bookkeeping matches the sequences
         ctx = sum(q.prompt_tokens + q.tokens_after(s.step_index) for q in s.decoding.values())
         assert s._decode_ctx == ctx
@@ -124,23 +136,28 @@ class Checker:
             if before[q.id][0] == WAITING and q.state not in (WAITING, CANCELLED)
         )
         assert progress <= max(room, 1)
-        # FCFS: nobody waiting was submitted before someone admitted
+        # FCFS: nobody waiting was submitted before someone admitted (a preempted request
+        # waits again, first in line)
         for q in active:
             if before[q.id][0] == WAITING and q.state not in (WAITING, CANCELLED):
                 self.admitted_max = max(self.admitted_max, self.order[q.id])
-                assert q.admitted_at == self.now
+                assert q.admitted_at == self.now or q.preemptions
+        fresh = [q for q in s.waiting if not q.preemptions]
+        if fresh:
+            assert min(self.order[q.id] for q in fresh) > self.admitted_max
         if s.waiting:
-            assert min(self.order[q.id] for q in s.waiting) > self.admitted_max
-            # admission is work-conserving: the head waits only for a slot or for KV
+            # admission is work-conserving: the head waits only for a slot or for KV, or
+            # because the step preempted (vLLM admits nobody then)
             head = s.waiting[0]
             no_slot = running_in_step + bg.seqs >= lim.max_batch
-            no_kv = head.kv_reserved > s.kv_capacity - bg.kv_tokens - kv_in_step
-            assert no_slot or no_kv
+            no_kv = s._need(head) > s.kv_capacity - bg.kv_tokens - kv_in_step - cached
+            assert no_slot or no_kv or s.preemptions > preempted_before
         # finishes: exactly once, with all their tokens, never after a cancel
         for q in result.finished:
             self.finished_count[q.id] = self.finished_count.get(q.id, 0) + 1
             assert q.state == FINISHED and q.finished_at == result.end
-            assert result.index - q.first_step + 1 == q.output_tokens
+            assert q.tokens_after(result.index) == q.output_tokens
+            assert q.preemptions or result.index - q.first_step + 1 == q.output_tokens
             assert q.id not in self.cancel_requested or before[q.id][0] != CANCELLED
         for q in result.first_tokens:
             assert q.first_token_at == result.end and q.first_step == result.index
@@ -190,6 +207,13 @@ def random_run(seed: int, sched: Scheduler, steps: int = 250, max_prompt: int = 
 def test_invariants_under_random_workloads(seed: int):
     c = random_run(seed, make())
     assert c.accepted
+
+
+def test_invariants_when_the_kv_cache_runs_out():
+    """Every rule holds while requests are preempted (KV blocks run out) and recomputed."""
+    runs = [random_run(seed, make(placement=TIGHT), steps=300, max_prompt=8000)
+            for seed in range(4)]
+    assert sum(c.s.preemptions for c in runs) > 0
 
 
 @settings(max_examples=10, deadline=None)

@@ -4,10 +4,11 @@ Serving is the scheduler's timeline played at wall-clock speed. Each replica is 
 that plans a step, sleeps until the step's modeled end, then marks the step done: one timer per
 replica step, never one per token or per stream, so a thousand streams cost what one does in
 timers. The replica does not walk the batch: a reader knows how many of its tokens exist from
-the step index alone (a sequence has ``done_index - first_step + 1``), so it waits for the one
-step that produces the last token of its next event, and after each step the replica wakes the
-readers that waited for that step (and those whose first token it was): readers wake once per
-event, never per step, and a step costs nothing for the sequences whose event is not due. A
+the step index alone (a sequence has ``done_index - first_step + 1``; one that was preempted
+counts per segment of steps, ``backends.sequence``), so it waits for the one step that produces
+the last token of its next event, and after each step the replica wakes the readers that waited
+for that step (and those whose first token it was, or whose preempted sequence resumed in it):
+readers wake once per event, never per step, and a step costs nothing for the sequences whose event is not due. A
 reader that falls behind gets every token due in one item instead of slowing the replica down.
 
 A reader can also *listen* (``TokenStream.listen``): the replica then calls it inside the step
@@ -277,6 +278,10 @@ class RealtimeReplica(LiveReplica):
                 stream.lag_first = slipped
                 if stream.waits_first:
                     stream.first_token()
+        for seq in result.resumed:  # preempted, making tokens again: its reader waits for it
+            stream = seq.tag
+            if isinstance(stream, TokenStream) and stream.waits_first:
+                stream.first_token()
         for seq in result.finished:
             stream = seq.tag
             if isinstance(stream, TokenStream):

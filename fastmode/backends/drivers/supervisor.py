@@ -220,6 +220,9 @@ class Supervisor:
             stream = seq.tag
             if not isinstance(stream, TokenStream) or stream.over:
                 continue
+            if seq.first_step >= 0:  # preempted after some tokens: no copy can resume it
+                failure.ended.append(stream)
+                continue
             moved = self._fail_over(replica, seq, stream)
             if moved:
                 failure.failed_over += 1

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ..scheduler import CANCELLED, Sequence
+from ..sequence import NEVER
 
 log = logging.getLogger("fastmode.engine")
 
@@ -117,9 +118,12 @@ class TokenStream(CountStream):
             return 0
         out, delivered, interval = seq.output_tokens, self.delivered, self.interval
         done = self.replica.done_index
-        produced = done - first + 1
-        if produced > out:
-            produced = out
+        if seq.segments is None:
+            produced = done - first + 1
+            if produced > out:
+                produced = out
+        else:  # preempted once at least: its tokens come from the steps that made them
+            produced = seq.tokens_after(done)
         n = produced - delivered
         if n < interval and produced < out or n <= 0:
             return 0
@@ -129,17 +133,19 @@ class TokenStream(CountStream):
         self._i0, self.since = self._i1, self._t1
         self._i1, self._t1 = done, self.replica.done_end
         if delivered <= self.watch < delivered + n:
-            self.watched_at = self._time(first + self.watch)
+            self.watched_at = self._time(seq.step_of(self.watch))
         return n
 
     def due_step(self) -> int:
         """The replica step that produces the last token of the next event (the next
         ``interval`` tokens after those handed out, or the reply's last): the one step a
-        reader waits for. Only once decoding started (``seq.first_step`` known)."""
+        reader waits for. Only once decoding started (``seq.first_step`` known); while the
+        sequence is preempted, ``NEVER`` (the step is known once it resumes)."""
         seq = self.seq
         out = seq.output_tokens
         want = self.delivered + self.interval
-        return seq.first_step + (want if want < out else out) - 1
+        k = (want if want < out else out) - 1
+        return seq.first_step + k if seq.segments is None else seq.step_of(k)
 
     def ready(self) -> asyncio.Future[None] | None:
         """After ``take`` gave nothing: the future to await before tokens are due (the step
@@ -150,9 +156,11 @@ class TokenStream(CountStream):
                 or self.delivered >= seq.output_tokens):
             return None
         fut = self._fut = rep.loop.create_future()
-        self.waits_first = seq.first_step < 0
+        index = self.due_step() if seq.first_step >= 0 else NEVER
+        # before its first token, or preempted: the step that makes it (or resumes) wakes it
+        self.waits_first = index >= NEVER
         if not self.waits_first:
-            rep.wait_for(self.due_step(), fut)
+            rep.wait_for(index, fut)
         return fut
 
     def listen(self, callback: Callable[[int, int], bool] | None) -> bool:
@@ -179,9 +187,10 @@ class TokenStream(CountStream):
         return True
 
     def first_token(self) -> None:
-        """The replica's call at the step that made this stream's first token, if its reader
-        waits for it: a listener is armed for its first event (or given it now, if that step
-        made it due: one event per token); a reader awaiting ``ready`` is woken."""
+        """The replica's call at the step that made this stream's first token (or its next
+        one after a preemption), if its reader waits for it: a listener is armed for its next
+        event (or given it now, if that step made it due: one event per token); a reader
+        awaiting ``ready`` is woken."""
         self.waits_first = False
         if self._listener is None:
             self.wake()
@@ -193,6 +202,9 @@ class TokenStream(CountStream):
         step is done already (there are tokens to take)."""
         index = self.due_step()
         rep = self.replica
+        if index >= NEVER:  # preempted: the step that resumes it arms it again
+            self.waits_first = True
+            return True
         if index <= rep.done_index:
             return False
         rep.wait_for(index, self)
@@ -222,6 +234,9 @@ class TokenStream(CountStream):
                 self._listener = None
                 callback(delivered, 0)  # the last call
                 return
+            if index >= NEVER:  # preempted: armed again by the step that resumes it
+                self.waits_first = True
+                return
         except Exception:  # a broken listener must not stop the replica: end its stream
             log.exception("stream listener failed")
             self._listener = None
@@ -245,7 +260,7 @@ class TokenStream(CountStream):
             return self._t1
         if step <= seq.first_step:
             return seq.first_token_at
-        if step == seq.first_step + seq.output_tokens - 1 and seq.finished_at >= 0:
+        if step == seq.step_of(seq.output_tokens - 1) and seq.finished_at >= 0:
             return seq.finished_at
         if step >= self._i0 >= 0:
             lo, tlo = self._i0, self.since
@@ -258,16 +273,16 @@ class TokenStream(CountStream):
         """Modeled time of the last token handed out (-1 before the first)."""
         if not self.delivered:
             return -1.0
-        return self._time(self.seq.first_step + self.delivered - 1)
+        return self._time(self.seq.step_of(self.delivered - 1))
 
     def token_at(self, k: int) -> float:
         """Modeled time of token ``k`` (one already handed out)."""
-        return self._time(self.seq.first_step + k)
+        return self._time(self.seq.step_of(k))
 
     def due_at(self, start: int, count: int) -> float:
         """When the first event of tokens ``start .. start + count`` was due: its last token's
         modeled time."""
-        return self._time(self.seq.first_step + start + min(self.interval, count) - 1)
+        return self._time(self.seq.step_of(start + min(self.interval, count) - 1))
 
     def host_lag(self) -> tuple[float, float]:
         """Seconds the host added to this request's modeled times (its replica's timeline

@@ -76,13 +76,18 @@ class _Engine:
         return (sched.running + sched.background.seqs, len(sched.waiting),
                 sched.kv_used_tokens / sched.kv_capacity)
 
+    @property
+    def preemptions(self) -> int:
+        """Requests its scheduler preempted (KV ran out: ``backends.kv_paging``), read now."""
+        return self.replica.scheduler.preemptions
+
     def blocks(self) -> int:
         return self.replica.scheduler.kv_capacity // BLOCK_SIZE
 
     def stepped(self, result: StepResult) -> None:
         if result.decode_tokens:
             self.itl.observe(result.end - result.start, result.decode_tokens)
-        self.generation += result.decode_tokens + len(result.first_tokens)
+        self.generation += result.decode_tokens + len(result.first_tokens) + len(result.resumed)
         for seq in result.first_tokens:
             self.prompt += seq.prompt_tokens
             self.cache_queries += seq.prompt_tokens
@@ -226,6 +231,7 @@ COUNTERS = (
      "of queried tokens."),
     ("cache_hits", "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached "
      "tokens."),
+    ("preemptions", "vllm:num_preemptions", "Cumulative number of preemption from the engine."),
 )
 SUCCESS = ("vllm:request_success", "Count of successfully processed requests.")
 HISTS = (
