@@ -66,6 +66,13 @@ class DeploymentConfig(Strict):
     min_replicas: int = Field(1, ge=1)  # the autoscaler never goes below (proportional fleets)
     max_replicas: int | None = Field(None, ge=1)  # ... nor above (None: what the fleet holds)
     memory_utilization: float = Field(0.9, gt=0, le=1)
+    # KV memory beside the rule (fastmode/backends/memory.py): CUDA graph memory per GPU, GB,
+    # counted against the KV cache (0: vLLM's default, which captures its graphs after sizing
+    # the KV cache; with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the start-up log's "GiB
+    # for CUDAGraph memory", 1 GiB = 1.074 GB), and the KV cache per GPU in bytes given
+    # outright (vLLM's --kv-cache-memory-bytes; None: sized by memory_utilization)
+    cuda_graph_memory_gb: float = Field(0.0, ge=0)
+    kv_cache_memory_bytes: int | None = Field(None, gt=0)
     max_batch: int = Field(256, gt=0)
     max_batched_tokens: int = Field(8192, gt=0)
     max_waiting: int = Field(1024, ge=0)

@@ -127,6 +127,9 @@ def build(config: SimConfig, catalog: Catalog | None = None) -> EngineSpec:
             activation_tokens=d.max_batched_tokens,
             reserved_gb=_reference_reserve(hw),
             attention_dp=d.attention_dp,
+            cuda_graph_gb=d.cuda_graph_memory_gb,
+            kv_cache_gb=(None if d.kv_cache_memory_bytes is None
+                         else d.kv_cache_memory_bytes / 1e9),
         )
         if d.speculative is not None:
             sp = d.speculative

@@ -5,9 +5,15 @@ An engine does not give the KV cache "memory minus weights":
 
 - **vLLM** (``gpu_memory_utilization``, default 0.9): of each GPU's memory, that share minus
   the weights, minus the peak activations of a profiling forward pass at the step's token
-  budget (``max_num_batched_tokens``), minus non-torch memory (NCCL and cuBLAS workspaces) and
-  the CUDA graphs it captures ("Conserving memory" and the engine's start-up log, which prints
-  each of these) is the KV cache;
+  budget (``max_num_batched_tokens``), minus non-torch memory (NCCL and cuBLAS workspaces) is
+  the KV cache (vllm/v1/worker/gpu_worker.py ``determine_available_memory``: ``requested_memory
+  - profile_result.non_kv_cache_memory``, the non-KV part being weights + ``torch_peak_increase``
+  + ``non_torch_increase`` of ``profile_run``). Its CUDA graphs are captured afterwards
+  (``compile_or_warm_up_model`` after ``initialize_from_config``), from the memory beyond that
+  share: they take nothing from the KV cache unless ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``
+  (default 0) has the profile count them, then as ``cuda_graph_gb`` per GPU here (the start-up
+  log's "GiB for CUDAGraph memory"). ``kv_cache_memory_bytes`` (``--kv-cache-memory-bytes``)
+  gives the KV cache outright and skips the rule (``kv_memory_given``);
 - **TensorRT-LLM** (``kv_cache_free_gpu_mem_fraction``, default 0.9): that share of the memory
   still free after the weights and the runtime's activation and workspace buffers;
 - **SGLang** (``mem_fraction_static``): that share of the memory for weights and KV together.
@@ -96,6 +102,16 @@ def activation_bytes_per_chip(model: ModelProfile, tokens: int, tp: int,
     return tokens * per_token + logits
 
 
+def kv_memory_given(chip_bytes: float, taken: float, given: float) -> float:
+    """KV memory of one chip when the engine is told it (vLLM's ``kv_cache_memory_bytes``:
+    ``determine_available_memory`` returns it without profiling, ``gpu_memory_utilization``
+    unused). Negative when it and what else is ``taken`` exceed the chip: the model does not
+    fit (vLLM runs out of memory at start-up)."""
+    if taken + given > chip_bytes:
+        return chip_bytes - taken - given
+    return given
+
+
 def attention_weight_bytes(model: ModelProfile, precision: str) -> float:
     """Bytes of the attention projections at ``precision`` (16-bit when the checkpoint keeps
     them so): what every chip holds with attention data parallelism."""
@@ -116,5 +132,5 @@ def kv_memory_per_chip(chip_bytes: float, taken: float, utilization: float,
 
 
 __all__ = ["COMM_RESERVE_GB", "GIB", "LOGIT_ROWS", "VISIBLE_SHARE", "activation_bytes_per_chip",
-           "attention_weight_bytes", "chip_bytes", "ffn_width", "kv_memory_per_chip",
+           "attention_weight_bytes", "chip_bytes", "ffn_width", "kv_memory_given", "kv_memory_per_chip",
            "kv_replication", "reserve_bytes_per_chip"]

@@ -35,6 +35,7 @@ from .memory import (
     activation_bytes_per_chip,
     attention_weight_bytes,
     chip_bytes,
+    kv_memory_given,
     kv_memory_per_chip,
     kv_replication,
     reserve_bytes_per_chip,
@@ -96,6 +97,15 @@ class Placement:
     activation_tokens: int = field(default=0, kw_only=True)
     reserved_gb: float = field(default=0.0, kw_only=True)
     kv_memory_fraction: float | None = field(default=None, kw_only=True)
+    # memory.py: CUDA graph memory per chip counted against the KV cache (GB; 0: vLLM's
+    # default, graphs captured after the KV cache is sized), and the KV cache per chip given
+    # outright (GB, vLLM's kv_cache_memory_bytes; None: sized by the rule)
+    cuda_graph_gb: float = field(default=0.0, kw_only=True)
+    kv_cache_gb: float | None = field(default=None, kw_only=True)
+    # KV taken as replies grow (vLLM, SGLang: a closed loop's running batch is what fits at
+    # the mean context) or reserved for the whole reply at admission (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT): perf_serving.batch_that_fits
+    kv_paged: bool = field(default=True, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.chips <= 0:
@@ -123,6 +133,8 @@ class Placement:
             raise ProfileError("attention_dp / expert_parallel: need tensor-sharded chips")
         if self.kv_memory_fraction is not None and not 0 < self.kv_memory_fraction <= 1:
             raise ProfileError("kv_memory_fraction: must be in (0, 1]")
+        if self.cuda_graph_gb < 0 or (self.kv_cache_gb is not None and self.kv_cache_gb <= 0):
+            raise ProfileError("cuda_graph_gb: must be >= 0; kv_cache_gb: must be > 0")
         self.hardware.peak_flops(self.precision)
         if self.kv_memory_bytes < 0:
             need = self.chips * (self.weight_bytes_per_chip + self.engine_bytes_per_chip)
@@ -157,11 +169,13 @@ class Placement:
 
     @property
     def engine_bytes_per_chip(self) -> float:
-        """Activations at the step budget and the engine's reserve (its own, and the
-        communication buffers of a replica over several chips), per chip."""
+        """Activations at the step budget, the engine's reserve (its own, and the
+        communication buffers of a replica over several chips) and the CUDA graphs counted
+        against the KV cache, per chip."""
         act = activation_bytes_per_chip(self.model, self.activation_tokens, self.chips,
                                         self.attention_dp)
-        return act + reserve_bytes_per_chip(self.reserved_gb, self.chips)
+        return (act + reserve_bytes_per_chip(self.reserved_gb, self.chips)
+                + self.cuda_graph_gb * 1e9)
 
     @property
     def usable_memory_bytes(self) -> float:
@@ -171,8 +185,11 @@ class Placement:
     def kv_memory_bytes(self) -> float:
         """Memory the replica gives its KV cache (may be negative: does not fit)."""
         taken = self.weight_bytes_per_chip + self.engine_bytes_per_chip
-        return self.chips * kv_memory_per_chip(chip_bytes(self.hardware.memory_gb), taken,
-                                               self.memory_utilization, self.kv_memory_fraction)
+        total = chip_bytes(self.hardware.memory_gb)
+        if self.kv_cache_gb is not None:
+            return self.chips * kv_memory_given(total, taken, self.kv_cache_gb * 1e9)
+        return self.chips * kv_memory_per_chip(total, taken, self.memory_utilization,
+                                               self.kv_memory_fraction)
 
     @property
     def attention_tp(self) -> int:

@@ -45,6 +45,15 @@ def batch_that_fits(p: Placement, wanted: int, tokens_per_seq: int, max_batch: i
     return max(1, min(wanted, max_batch, fits))
 
 
+def kv_per_sequence(p: Placement, prompt_tokens: int, output_tokens: int) -> int:
+    """KV tokens a running sequence of a closed loop holds for the batch's size: its whole
+    reply's when the engine reserves it at admission (TensorRT-LLM's default capacity policy,
+    GUARANTEED_NO_EVICT); the mean over its life, the prompt and half the reply, when KV is
+    taken as the reply grows (vLLM, SGLang: ``backends.kv_paging``), the users' requests
+    being at every stage of their replies at once."""
+    return prompt_tokens + (output_tokens // 2 if p.kv_paged else output_tokens)
+
+
 def serving_steady_state(
     p: Placement,
     concurrency: int,
@@ -84,7 +93,8 @@ def serving_steady_state(
         raise ProfileError("serving: concurrency, prompt and output tokens must be > 0")
     if arrivals not in ARRIVALS:
         raise ProfileError(f"arrivals: {arrivals!r}; allowed: {', '.join(ARRIVALS)}")
-    b = batch_that_fits(p, concurrency, prompt_tokens + output_tokens, max_batch)
+    b = batch_that_fits(p, concurrency, kv_per_sequence(p, prompt_tokens, output_tokens),
+                        max_batch)
     budget = max(1, max_batched_tokens)
     overhead = first_token_overhead_s(p, prompt_tokens) if request_overhead else 0.0
     if arrivals == "spread":
@@ -297,7 +307,7 @@ def static_batch(
     )
 
 
-__all__ = ["ARRIVALS", "SpreadModel", "Workload", "batch_that_fits", "finite_run_throughput",
+__all__ = ["ARRIVALS", "SpreadModel", "Workload", "batch_that_fits", "kv_per_sequence", "finite_run_throughput",
            "first_token_overhead_s",
            "waves_throughput",
            "serving_steady_state", "static_batch"]

@@ -26,6 +26,7 @@ _DEPLOYMENT_FLAGS = {
     "max_num_seqs": "max_batch",
     "max_num_batched_tokens": "max_batched_tokens",
     "gpu_memory_utilization": "memory_utilization",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
     "enable_prefix_caching": "prefix_caching",
     "tensor_parallel_size": "chips",
     "block_size": "block_size",
@@ -64,6 +65,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="tokens per step (deployment max_batched_tokens)")
     v.add_argument("--gpu-memory-utilization", type=float,
                    help="share of each chip's memory the engine takes (memory_utilization)")
+    v.add_argument("--kv-cache-memory-bytes", "--kv-cache-memory", type=int, metavar="BYTES",
+                   dest="kv_cache_memory_bytes",
+                   help="KV cache per GPU in bytes, instead of sizing it by "
+                        "--gpu-memory-utilization (deployment kv_cache_memory_bytes)")
     v.add_argument("--tensor-parallel-size", "-tp", type=int,
                    help="chips per replica (deployment chips)")
     v.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,

@@ -4,6 +4,8 @@ communication buffers of a tensor-parallel group, and the KV cache that is left.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fastmode.backends.calibrate import load_published
@@ -16,7 +18,7 @@ from fastmode.backends.memory import (
     reserve_bytes_per_chip,
 )
 from fastmode.backends.perf import Placement
-from fastmode.backends.profiles import Catalog
+from fastmode.backends.profiles import Catalog, ProfileError
 
 CAT = Catalog.builtin()
 
@@ -110,3 +112,62 @@ def test_nim_holds_the_sequences_its_plateau_shows():
     p = placement(fig, CAT)
     running = p.kv_capacity_tokens / (fig.prompt_tokens + fig.output_tokens)
     assert 80 <= running <= 92
+
+
+def test_cuda_graphs_counted_against_the_kv_cache_take_their_memory_from_it():
+    """vLLM captures its CUDA graphs after sizing the KV cache (none taken from it: the
+    default, 0); counted by the profile (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1) they take
+    their bytes per GPU out of it, at every tensor-parallel degree."""
+    for tp in (1, 2):
+        base = vllm_placement(tp)
+        graphs = dataclasses.replace(base, cuda_graph_gb=0.5)
+        assert base.kv_memory_bytes - graphs.kv_memory_bytes == pytest.approx(tp * 0.5e9)
+        assert graphs.kv_capacity_tokens < base.kv_capacity_tokens
+
+
+def test_a_kv_cache_given_outright_ignores_the_utilization():
+    """vLLM's --kv-cache-memory-bytes: that much KV per GPU whatever gpu_memory_utilization
+    says; more than the GPU holds beside the weights does not fit."""
+    p = vllm_placement(1)
+    given = dataclasses.replace(p, kv_cache_gb=20.0)
+    assert given.kv_memory_bytes == pytest.approx(20e9)
+    assert dataclasses.replace(given, memory_utilization=0.5).kv_memory_bytes == pytest.approx(20e9)
+    with pytest.raises(ProfileError, match="does not fit"):
+        dataclasses.replace(p, kv_cache_gb=80.0)
+
+
+def test_the_engine_flag_sets_the_kv_cache_of_each_gpu():
+    """``fastmode engine --kv-cache-memory-bytes N``: the engine's KV capacity is N bytes per
+    GPU over the bytes a token takes; a bad value names the flag."""
+    from fastmode.backends.engine import build
+    from fastmode.cli import build_parser
+    from fastmode.cli.engine import apply_flags
+    from fastmode.gateway.config import ConfigError, load_config
+    from fastmode.gateway.engine_config import engine_config
+
+    def capacity(*flags: str) -> int:
+        args, extra = build_parser().parse_known_args(
+            ["engine", "--deployment", "oss", "-dp", "1", *flags])
+        args.ignored = extra
+        spec = build(engine_config(apply_flags(load_config(), args), "oss", 1).sim())
+        return spec.deployments["oss"].placement.kv_capacity_tokens
+
+    p = build(load_config().sim()).deployments["oss"].placement
+    per_token = p.kv_bytes_per_token * p.kv_replication
+    assert capacity("--kv-cache-memory-bytes", "4000000000") == int(4e9 // per_token)
+    assert capacity("--kv-cache-memory", "8000000000") == int(8e9 // per_token)
+    with pytest.raises(ConfigError, match="--kv-cache-memory-bytes"):
+        capacity("--kv-cache-memory-bytes", "0")
+
+
+def test_tensorrt_llm_reserves_whole_replies_and_vllm_pages():
+    """The engines' KV admission (engines.toml ``kv_admission``): TensorRT-LLM's default
+    capacity policy reserves prompt + output at admission, vLLM and SGLang take KV as replies
+    grow; the placement of each figure carries its engine's."""
+    from fastmode.backends.calibrate.engines import load_engines
+
+    engines = load_engines()
+    assert all(e.kv_admission == "reserved" for n, e in engines.items() if n.startswith("trtllm"))
+    assert engines["vllm"].kv_admission == engines["sglang"].kv_admission == "paged"
+    assert engines["trtllm"].memory(None, 8192)["kv_paged"] is False
+    assert engines["vllm"].memory(None, 8192)["kv_paged"] is True

@@ -455,8 +455,9 @@ def test_more_users_never_speed_a_user_up(p: Placement, c: int, prompt: int, out
 
 def test_a_batch_beyond_the_kv_cache_queues_instead_of_being_refused():
     """100 users of 5,000 + 500 tokens on a 70B fp8 model on 2 x H100 run in
-    production (NIM); the users that fit run, the others wait for a slot."""
-    p = place("llama-3.1-70b", "h100-sxm", 2, "fp8")
+    production (NIM, whose TensorRT-LLM reserves each whole reply's KV); the users that fit
+    run, the others wait for a slot."""
+    p = dataclasses.replace(place("llama-3.1-70b", "h100-sxm", 2, "fp8"), kv_paged=False)
     fits = p.kv_capacity_tokens // 5500
     assert fits < 100
     w = serving_steady_state(p, 100, 5000, 500)
@@ -464,6 +465,19 @@ def test_a_batch_beyond_the_kv_cache_queues_instead_of_being_refused():
     full = serving_steady_state(p, fits, 5000, 500)
     assert w.output_tokens_per_s == pytest.approx(full.output_tokens_per_s)
     assert w.ttft_s > full.ttft_s + full.e2e_s * (100 - fits) / fits * 0.99
+
+
+def test_a_paged_engine_runs_the_batch_that_fits_at_the_mean_context():
+    """vLLM takes KV as replies grow: a closed loop's users are at every stage of their
+    replies, so the batch is what fits at the prompt and half the reply, more than a
+    reserving engine runs on the same memory."""
+    paged = place("llama-3.1-70b", "h100-sxm", 2, "fp8")
+    reserved = dataclasses.replace(paged, kv_paged=False)
+    cap = paged.kv_capacity_tokens
+    assert cap // 5250 < 100
+    w = serving_steady_state(paged, 100, 5000, 500)
+    assert w.running == cap // 5250 > serving_steady_state(reserved, 100, 5000, 500).running
+    assert serving_steady_state(paged, 10, 5000, 500).running == 10  # room for all: all run
 
 
 def test_prompts_of_other_users_ride_along_in_the_decode_steps():

@@ -63,6 +63,9 @@ class EngineProfile:
     kv_memory: str = "total"
     memory_fraction: float = 0.9
     reserved_gb: float = 1.92  # its own reserve on one chip (communication buffers: memory.py)
+    # "paged": KV taken as replies grow (vLLM, SGLang); "reserved": the whole reply's at
+    # admission (TensorRT-LLM's GUARANTEED_NO_EVICT): perf_serving.kv_per_sequence
+    kv_admission: str = "paged"
     description: str = ""
     sources: tuple[str, ...] = field(default=())  # documentation: where its terms come from
 
@@ -102,9 +105,11 @@ class EngineProfile:
         """Placement memory arguments of this engine at its share ``fraction`` (None: its
         default) and a step budget of ``budget`` tokens (its activations)."""
         share = self.memory_fraction if fraction is None else fraction
+        paged = self.kv_admission == "paged"
         if self.kv_memory == "static":
-            return {"memory_utilization": share}
-        args: dict[str, Any] = {"activation_tokens": budget, "reserved_gb": self.reserved_gb}
+            return {"memory_utilization": share, "kv_paged": paged}
+        args: dict[str, Any] = {"activation_tokens": budget, "reserved_gb": self.reserved_gb,
+                                "kv_paged": paged}
         if self.kv_memory == "free":
             return {**args, "memory_utilization": 1.0, "kv_memory_fraction": share}
         return {**args, "memory_utilization": share}
@@ -126,6 +131,8 @@ def engines_from_toml(text: str) -> dict[str, EngineProfile]:
         raw["sources"] = tuple(raw.get("sources", ()))
         if raw.get("kv_memory", "total") not in KV_MEMORY_RULES:
             raise ValueError(f"engines.{name}.kv_memory: one of {', '.join(KV_MEMORY_RULES)}")
+        if raw.get("kv_admission", "paged") not in KV_ADMISSION:
+            raise ValueError(f"engines.{name}.kv_admission: one of {', '.join(KV_ADMISSION)}")
         out[name] = EngineProfile(name=name, **raw)
     return out
 
@@ -163,6 +170,7 @@ ENGINE_PRIORS: dict[str, dict[str, float]] = {
     "atom-2026": dict(_ENGINE_PRIOR),
 }
 KV_MEMORY_RULES = ("total", "free", "static")
+KV_ADMISSION = ("paged", "reserved")
 # Each engine's relatives, nearest first: an engine that no figure of a fit was measured on
 # takes, term by term, the fitted value of the first relative whose figures inform that term
 # (``inherit_engines``), instead of its hand prior. The lineage is the code's, not a fit's:

@@ -13,6 +13,7 @@ from typing import Any
 from ..perf import Placement
 from ..perf_serving import (
     Workload,
+    batch_that_fits,
     finite_run_throughput,
     serving_steady_state,
     static_batch,
@@ -177,8 +178,13 @@ def predict_si(fig: Figure, catalog: Catalog, engines: Engines | None = None) ->
     if fig.requests and fig.scenario == "serving" and fig.length_ratio < 1:
         tput = finite_run_throughput(w, fig.requests)  # users out of step: a ragged drain
     elif fig.requests and is_offline_waves(fig):  # one length, started together: waves
-        tput = waves_throughput(placement(fig, catalog, engines), fig.requests, w.running,
-                                fig.prompt_tokens, fig.output_tokens, _budget(fig))
+        # of the batch whose whole replies fit: a wave's replies grow together, so a paged
+        # engine preempts what it admitted beyond them and recomputes it in a later wave
+        pl = placement(fig, catalog, engines)
+        wave = batch_that_fits(pl, w.running, fig.prompt_tokens + fig.output_tokens,
+                               fig.max_batch)
+        tput = waves_throughput(pl, fig.requests, wave, fig.prompt_tokens, fig.output_tokens,
+                                _budget(fig))
     if fig.metric == "throughput":
         return tput
     if fig.metric == "throughput_per_chip":
