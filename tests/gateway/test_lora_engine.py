@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from virtual_app import app_client, run_app_virtual
+from virtual_app import app_client, run_app_virtual, until
 
 from fastmode.cli import build_parser
 from fastmode.cli._vllm_features import RUNTIME_LORA_ENV
@@ -94,15 +94,16 @@ def test_a_cold_adapter_waits_while_max_loras_is_full_and_the_router_sees_it() -
                 assert body["model"] == model  # vLLM answers with the adapter's name
                 return t, body["time_info"]
 
+            async def info_is(expected: dict[str, Any]) -> bool:
+                return lora_info((await client.get("/metrics")).text) == expected
+
             first = asyncio.create_task(complete("sql", 400))
-            await asyncio.sleep(0.05)  # modeled: sql's request is in the batch
-            info = lora_info((await client.get("/metrics")).text)
-            assert info == {"max_lora": 1, "running": ["sql"], "waiting": []}
+            await until(lambda: info_is({"max_lora": 1, "running": ["sql"], "waiting": []}),
+                        "sql's request in the batch")
             cold = asyncio.create_task(complete("chat", 20))
             plain = asyncio.create_task(complete(base, 20))
-            await asyncio.sleep(0.05)
-            info = lora_info((await client.get("/metrics")).text)
-            assert info == {"max_lora": 1, "running": ["sql"], "waiting": ["chat"]}
+            info = {"max_lora": 1, "running": ["sql"], "waiting": ["chat"]}
+            await until(lambda: info_is(info), "chat's request waiting for the adapter slot")
             # a router sends sql's requests here and chat's to an engine with a free slot
             engines = {"this": info, "idle": {"max_lora": 1, "running": [], "waiting": []}}
             assert max(engines, key=lambda e: score(engines[e], "sql")) == "this"

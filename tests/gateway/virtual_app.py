@@ -4,19 +4,29 @@
 waiting; an app also waits on threads (its state backend's SQLite), so this loop blocks for
 real when no timer is due and only a thread can wake it. The driver's clock is the loop's
 (time scale 1): every modeled time (``time_info``, arrivals, first tokens) is exact and the
-same on any host, and ``loop.time()`` moves only by the replicas' sleeps."""
+same on any host, and ``loop.time()`` moves only by the replicas' sleeps. As on
+``virtual_loop``'s, nothing waits forever: a run past ``HORIZON_S`` modeled seconds fails,
+and ``until`` bounds a wait for a condition."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import selectors
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import httpx
 
 T = TypeVar("T")
+
+HORIZON_S = 3600.0  # modeled seconds a run may last: an hour, far beyond any test's timeline
+START = 1000.0
+
+
+class ModeledTimeout(AssertionError):
+    """The modeled clock ran past its bound: what a test waited for never came."""
 
 
 class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -29,6 +39,8 @@ class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         if timeout is None:  # only a thread (the state backend's) can wake the loop
             return super().select(None)
         self.loop.virtual += timeout
+        if self.loop.virtual - START > HORIZON_S:
+            raise ModeledTimeout(f"the app's loop ran past {HORIZON_S:.0f} modeled seconds")
         return events
 
 
@@ -37,7 +49,7 @@ class VirtualAppLoop(asyncio.SelectorEventLoop):
         selector = _Selector()
         super().__init__(selector)
         selector.loop = self
-        self.virtual = 1000.0
+        self.virtual = START
 
     def time(self) -> float:
         return self.virtual
@@ -63,3 +75,20 @@ async def app_client(config: Any, base_url: str = "http://e") -> AsyncIterator[h
                                      base_url=base_url) as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str,
+                limit_s: float = HORIZON_S, every_s: float = 0.01) -> None:
+    """Wait until ``condition()`` (a bool, or an awaitable of one) holds, looking every
+    ``every_s`` modeled seconds; fail with ``what`` once ``limit_s`` modeled seconds passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while True:
+        ok = condition()
+        if inspect.isawaitable(ok):
+            ok = await ok
+        if ok:
+            return
+        if loop.time() >= deadline:
+            raise ModeledTimeout(f"{what}: not within {limit_s:g} modeled seconds")
+        await asyncio.sleep(every_s)
