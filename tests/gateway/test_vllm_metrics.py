@@ -21,7 +21,7 @@ from fastmode.gateway.engine_config import engine_config
 USER = [{"role": "user", "content": "Explain continuous batching."}]
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 COUNTERS = ("vllm:prompt_tokens", "vllm:generation_tokens", "vllm:request_success",
-            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+            "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:num_preemptions")
 HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
               "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
               "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds")
