@@ -80,14 +80,16 @@ class BlockHasher:
             out.append(parent)
         return out
 
-    def key(self, token_ids: Sequence[int],
-            extra: tuple[Any, ...] | None = None) -> PrefixKey | None:
+    def key(self, token_ids: Sequence[int], extra: tuple[Any, ...] | None = None,
+            lora_id: int | None = None) -> PrefixKey | None:
         """The prefix key of a prompt: a checkpoint at each full block, named by its hash; no
-        time to live and no minimum (vLLM keeps blocks until memory is needed)."""
+        time to live and no minimum (vLLM keeps blocks until memory is needed). ``lora_id``:
+        the adapter's int id its stored blocks are reported under (KV events)."""
         hashes = tuple(external(d) for d in self.digests(token_ids, extra))
         if not hashes:
             return None
         n = len(hashes)
         bs = self.block_size
         return PrefixKey(tuple(range(bs, bs * n + 1, bs)), hashes, (True,) * n,
-                         (math.inf,) * n, tokens=tuple(token_ids), block_size=bs)
+                         (math.inf,) * n, tokens=tuple(token_ids), block_size=bs,
+                         lora_id=lora_id)

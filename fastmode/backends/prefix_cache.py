@@ -59,6 +59,7 @@ class PrefixKey:
     # tokens, and ``tokens`` the prompt's ids the KV events report (0 / None: checkpoints)
     block_size: int = 0
     tokens: tuple[int, ...] | None = None
+    lora_id: int | None = None  # the LoRA adapter's int id its blocks are stored under
 
     def __post_init__(self) -> None:
         n = len(self.points)
@@ -113,7 +114,7 @@ class CacheListener(Protocol):
     ``tokens``: vLLM's blocks). Hashes are the entries' keys."""
 
     def stored(self, hashes: list[int], parent: int | None, token_ids: list[int],
-               block_size: int) -> None: ...
+               block_size: int, lora_id: int | None = None) -> None: ...
 
     def removed(self, hashes: list[int]) -> None: ...
 
@@ -257,7 +258,7 @@ class PrefixCache:
         base = first.tokens - first.size
         parent = first.parent.key if first.parent is not None else None
         self.listener.stored([e.key for e in run], parent, list(key.tokens[base:last.tokens]),
-                             key.block_size)
+                             key.block_size, key.lora_id)
 
     # -- a scheduler's sequences (backends.scheduler.Sequence) ------------------------------
 

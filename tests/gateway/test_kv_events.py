@@ -290,3 +290,45 @@ def test_wire_layout_and_ranks() -> None:
     finally:
         for p in pubs:
             asyncio.run(p.close())
+
+
+def test_blocks_of_an_adapter_carry_its_lora_id() -> None:
+    """vLLM's ``BlockStored.lora_id``: the blocks a LoRA request stores are reported under its
+    adapter's int id (vLLM's ``lora_int_id``), the base model's under none; read off the
+    publisher's wire messages, decoded as a router decodes them."""
+    from virtual_app import app_client, run_app_virtual
+
+    flags = ["engine", "--deployment", "oss", "-dp", "1", "--enable-lora", "--lora-modules",
+             "sql=/adapters/sql", "chat=/adapters/chat", "--max-loras", "2",
+             "--kv-events-config", json.dumps({"enable_kv_cache_events": True,
+                                               "publisher": "zmq",
+                                               "endpoint": f"tcp://127.0.0.1:{free_port()}"})]
+    args, extra = build_parser().parse_known_args(flags)
+    args.ignored = extra
+    config = engine_config(apply_flags(load_config(), args), "oss", 1)
+
+    async def main(loop: Any) -> tuple[dict[str, int], list[Any], list[Any]]:
+        async with app_client(config) as client:
+            cards = (await client.get("/v1/models")).json()["data"]
+            base = next(c["id"] for c in cards if c["parent"] is None)
+            registry = client.app.state.gateway.loras  # type: ignore[attr-defined]
+            ids = {name: registry.get(name).int_id for name in ("sql", "chat")}
+            for model in ("chat", base):
+                r = await client.post("/v1/completions", json={
+                    "model": model, "prompt": LONG, "max_tokens": 2})
+                assert r.status_code == 200
+            await asyncio.sleep(0.01)  # the batch of the last step goes out
+            (pub,) = client.app.state.kv_events.publishers  # type: ignore[attr-defined]
+            raw = [msgspec.msgpack.decode(p) for _, p in pub.buffer]
+            events = [e for _, p in pub.buffer for e in DECODE.decode(p).events
+                      if isinstance(e, BlockStored)]
+        return ids, raw, events
+
+    ids, raw, events = run_app_virtual(main)
+    assert ids["chat"] != ids["sql"] and min(ids.values()) >= 1
+    lora_ids = {e.lora_id for e in events}
+    assert lora_ids == {ids["chat"], None}  # chat's blocks, then the base model's own
+    first = next(e for batch in raw for e in batch[1] if e[0] == "BlockStored")
+    # vLLM's field order: tag, block_hashes, parent_block_hash, token_ids, block_size,
+    # lora_id, medium
+    assert first[5] == ids["chat"] and first[6] == "GPU" and first[4] == 16

@@ -72,8 +72,8 @@ class Publisher:
     # -- CacheListener -----------------------------------------------------------------------
 
     def stored(self, hashes: list[int], parent: int | None, token_ids: list[int],
-               block_size: int) -> None:
-        self._add(BlockStored(hashes, parent, token_ids, block_size, None, MEDIUM))
+               block_size: int, lora_id: int | None = None) -> None:
+        self._add(BlockStored(hashes, parent, token_ids, block_size, lora_id, MEDIUM))
 
     def removed(self, hashes: list[int]) -> None:
         self._add(BlockRemoved(hashes, MEDIUM))

@@ -30,7 +30,9 @@ def prompt_ids(vocab: Vocabulary, request: TurnRequest) -> list[int]:
 
 
 def block_prefix(vocab: Vocabulary, request: TurnRequest, hasher: BlockHasher,
-                 adapter: str | None = None) -> PrefixKey | None:
+                 adapter: str | None = None, lora_id: int | None = None) -> PrefixKey | None:
     """``adapter``: the LoRA adapter the request runs on, hashed into every block as vLLM's
-    extra key (``(name,)``), so an adapter's blocks are its own."""
-    return hasher.key(prompt_ids(vocab, request), (adapter,) if adapter is not None else None)
+    extra key (``(name,)``), so an adapter's blocks are its own; ``lora_id``, its int id,
+    is what the KV events' ``BlockStored`` report them under (vLLM's ``lora_id``)."""
+    return hasher.key(prompt_ids(vocab, request), (adapter,) if adapter is not None else None,
+                      lora_id)

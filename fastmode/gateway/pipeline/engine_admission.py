@@ -121,7 +121,8 @@ class EngineAdmission:
         dep = tier.deployment
         if dep.kv_blocks is not None:  # vLLM's blocks (an engine's cache)
             prefix = block_prefix(self.vocabulary, request, dep.kv_blocks,
-                                  lora.name if lora is not None else None)
+                                  lora.name if lora is not None else None,
+                                  lora.int_id if lora is not None else None)
         remote = self.kv.remote_prefill(request.kv_transfer, dep, prompt)  # P/D: a decoder's
         cached = request.cached_tokens if remote is None else remote.tokens
         stream = self._submit(tier, prompt, max(gen.output_tokens, 1), cached, prefix, lora,
