@@ -6,7 +6,8 @@ does it (vllm/v1/core/sched/scheduler.py ``schedule``, vllm/v1/core/kv_cache_man
   cached); its reply's length is not reserved.
 - Each decode step writes one token of KV. A sequence whose blocks are full before a step takes
   one more block (``block_size`` tokens), evicting unreferenced cached prefixes first when no
-  block is free.
+  block is free (those that waiting requests found and pinned included: vLLM's waiting
+  requests hold no blocks).
 - When none can be had, the scheduler preempts the **newest** running request (the last one
   admitted: vLLM's ``self.running.pop()``) in recompute mode: its blocks are freed, it goes
   back to the front of the waiting queue, and when admitted again it prefills its prompt and
@@ -69,11 +70,17 @@ class KvPaging:
         return self.kv_capacity - used
 
     def _take_block(self) -> bool:
-        """Make room for one more block, evicting unreferenced cached prefixes if need be."""
+        """Make room for one more block, evicting unreferenced cached prefixes if need be, then
+        those only waiting requests pin (in vLLM a waiting request holds no block: its hits
+        are looked up when it is scheduled)."""
         free = self._kv_free()
-        if free < self.block and self.cache is not None:
-            free += self.cache.evict(self.block - free)
-        return free >= self.block
+        cache, b = self.cache, self.block
+        if free < b and cache is not None:
+            free += cache.evict(b - free)
+            if free < b and cache.pinned:
+                cache.unpin_waiting(self.waiting, self.busy_until)
+                free += cache.evict(b - free)
+        return free >= b
 
     def _give_block(self, seq: Sequence, step: int) -> None:
         """``seq`` takes the block it needs before ``step``; its next one is due a block later."""

@@ -133,8 +133,10 @@ class Scheduler(StepMemo, KvPaging):
         return self.cache.peek(prefix, prompt_tokens, now)
 
     def fits_ever(self, seq: Sequence) -> bool:
-        """Could this sequence be admitted on an otherwise idle replica?"""
-        return seq.kv_reserved <= self.kv_capacity - self.background.kv_tokens
+        """Could this sequence run to its end on an otherwise idle replica (its whole reply's
+        KV, in whole blocks when paged)?"""
+        need = round_up(seq.kv_reserved, self.block) if self.paging else seq.kv_reserved
+        return need <= self.kv_capacity - self.background.kv_tokens
 
     def submit(self, seq: Sequence) -> bool:
         """Queue a sequence. False when the waiting queue is full: the replica is overloaded.
@@ -267,8 +269,11 @@ class Scheduler(StepMemo, KvPaging):
     def step(self, now: float) -> StepResult | None:
         """Plan and run one step starting at ``now``; None when there is nothing to do."""
         self._drop_cancelled()
-        if not (self.paging and self._grow(self.step_index + 1)):
-            self._admit(now)  # as vLLM: a step that preempted admits nobody
+        preempted = self.paging and self._grow(self.step_index + 1)
+        if not preempted or not (self.prefilling or self.decoding):
+            # as vLLM: a step that preempted admits nobody, unless it preempted every running
+            # request (vLLM's next step, an empty one, would admit them at once)
+            self._admit(now)
         if not self.prefilling and not self.decoding:
             return None
         bg = self.background

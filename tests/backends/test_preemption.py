@@ -177,3 +177,36 @@ def test_a_preempted_stream_stalls_then_continues_with_exactly_its_tokens(
         # its latencies include the stall: end-to-end inter-token latency above the median
         itl = (seq.finished_at - seq.first_token_at) / (OUTPUT - 1)
         assert itl > others[len(others) // 2]
+
+
+def test_a_growing_request_takes_the_blocks_a_waiting_one_only_pinned(
+        dep: DeploymentSpec) -> None:
+    """The one running request's next block is held only by the cached prefix a waiting
+    request found: as in vLLM, where a waiting request holds no block, the running one gets
+    it (the waiting one loses its hit) and is not preempted."""
+    from fastmode.backends.background import Background
+    from fastmode.backends.prefix_cache import PrefixKey
+
+    s = Scheduler(dep.placement, dep.limits, Background())
+    s.kv_capacity = 1024
+    key = PrefixKey((512,), (7,), (True,), (float("inf"),))
+    warm = Sequence(1, 600, 1, 0.0, prefix=key)  # leaves 512 cached tokens
+    assert s.submit(warm)
+    now = 0.0
+    while s.has_work:
+        now = s.step(now).end
+    assert s.cache is not None and s.cache.size == 512
+    a = Sequence(2, 400, 300, now)
+    assert s.submit(a)
+    now = s.step(now).end
+    b = Sequence(3, 1000, 10, now, prefix=key)  # pins the 512, too long to join beside a
+    assert s.submit(b)
+    assert b.cache_hit == 512 and s.cache.pinned == 512
+    while s.has_work:
+        r = s.step(now)
+        assert r is not None, "the replica planned nothing though requests wait"
+        assert held(s) <= s.kv_capacity
+        now = r.end
+    assert a.preemptions == 0 and s.preemptions == 0
+    assert b.cache_hit == 0 and b.admitted_at >= a.finished_at  # it waited, and lost its hit
+    assert a.tokens_after(s.step_index) == 300 and b.state == "finished"
