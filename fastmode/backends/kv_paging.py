@@ -16,16 +16,19 @@ does it (vllm/v1/core/sched/scheduler.py ``schedule``, vllm/v1/core/kv_cache_man
   that preempted admits nobody (vLLM schedules waiting requests only when no running request
   was preempted).
 
-The bookkeeping stays O(1) per step in the batch: a sequence's next block is due at a known
-step (its context grows by one a step), kept in a heap, so a step looks only at the sequences
-whose block is due, about one in ``block_size`` per step. A steady stretch of the virtual clock
-ends before the first step whose blocks would not fit (``_room``), so that step is planned one
-at a time and preempts as above.
+The bookkeeping stays O(1) per step in the batch, and a steady stretch of the virtual clock
+O(``block_size``) however long: a decoder that made token ``recompute`` (its first after a
+prefill of ``prefill_target`` tokens) in step ``s`` needs capacity for ``prefill_target + t - s``
+tokens before step ``t``, so it takes a block before exactly the steps ``t`` with ``t = 1 -
+prefill_target + s`` modulo ``block_size``. The decoders are counted by that residue: a step
+takes as many blocks as its residue class holds, and a stretch of steps the sum over the
+classes it runs through; one decoder's blocks are derived from its context when it leaves
+(``_held``). A steady stretch ends before the first step whose blocks would not fit
+(``_room``), so that step is planned one at a time and preempts as above.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -53,14 +56,49 @@ class KvPaging:
     busy_until: float
     _kv_used: int
     _decode_ctx: int
-    _block_heap: list[tuple[int, int]]  # (step that needs the sequence's next block, id)
+    _residues: list[dict[int, Sequence]]  # decoders by the residue of the steps they grow at
     _admitted: dict[int, Sequence]  # running sequences in admission order (vLLM's running)
     preemptions: int  # requests preempted since start (vllm:num_preemptions_total)
 
     def _unpin(self, seq: Sequence, now: float) -> None:
         raise NotImplementedError
 
-    # -- blocks -----------------------------------------------------------------------------
+    # -- one sequence's blocks ---------------------------------------------------------------
+
+    def _blocks(self, seq: Sequence, through: int) -> int:
+        """Tokens of KV ``seq``'s blocks hold once the blocks of step ``through`` are taken
+        (the shared cache it reads included; a finished one's, as it left)."""
+        start = seq.grow_from
+        if start < 0 or through <= start:
+            return seq.kv_blocks
+        last = min(through, seq.finish_step)
+        return round_up(seq.prefill_target + last - start, self.block)
+
+    def _held(self, seq: Sequence, through: int) -> int:
+        """KV ``seq`` holds itself once the blocks of step ``through`` are taken."""
+        return seq.kv_held + self._blocks(seq, through) - seq.kv_blocks
+
+    def blocks_of(self, seq: Sequence) -> int:
+        """Tokens of KV a running sequence's blocks hold now (shared cache included)."""
+        return self._blocks(seq, self.step_index)
+
+    def held_of(self, seq: Sequence) -> int:
+        """KV a running sequence holds itself now (``kv_used_tokens`` sums these; a finished
+        one's, what it held as it left)."""
+        return self._held(seq, self.step_index)
+
+    def _join(self, seq: Sequence, step: int) -> None:
+        """``seq`` made token ``recompute`` (its first after a prefill) in ``step``: it grows
+        from there."""
+        seq.grow_from = step
+        self._residues[(1 - seq.prefill_target + step) % self.block][seq.id] = seq
+
+    def _leave(self, seq: Sequence, through: int) -> int:
+        """``seq`` stops decoding after the blocks of step ``through``: what it held itself."""
+        self._residues[(1 - seq.prefill_target + seq.grow_from) % self.block].pop(seq.id, None)
+        return self._held(seq, through)
+
+    # -- free blocks -------------------------------------------------------------------------
 
     def _kv_free(self) -> int:
         """KV not held by anyone (unreferenced cached prefixes count as held: evict first)."""
@@ -69,69 +107,43 @@ class KvPaging:
             used += self.cache.size
         return self.kv_capacity - used
 
-    def _take_block(self) -> bool:
-        """Make room for one more block, evicting unreferenced cached prefixes if need be, then
-        those only waiting requests pin (in vLLM a waiting request holds no block: its hits
-        are looked up when it is scheduled)."""
+    def _take(self, tokens: int) -> bool:
+        """Make room for ``tokens`` more tokens of blocks, evicting unreferenced cached
+        prefixes if need be, then those only waiting requests pin (in vLLM a waiting request
+        holds no block: its hits are looked up when it is scheduled)."""
         free = self._kv_free()
-        cache, b = self.cache, self.block
-        if free < b and cache is not None:
-            free += cache.evict(b - free)
-            if free < b and cache.pinned:
+        cache = self.cache
+        if free < tokens and cache is not None:
+            free += cache.evict(tokens - free)
+            if free < tokens and cache.pinned:
                 cache.unpin_waiting(self.waiting, self.busy_until)
-                free += cache.evict(b - free)
-        return free >= b
+                free += cache.evict(tokens - free)
+        return free >= tokens
 
-    def _give_block(self, seq: Sequence, step: int) -> None:
-        """``seq`` takes the block it needs before ``step``; its next one is due a block later."""
-        b = self.block
-        seq.kv_blocks += b
-        seq.kv_held += b
-        self._kv_used += b
-        seq.next_block_step = -1
-        nxt = step + b
-        if nxt <= seq.finish_step:
-            seq.next_block_step = nxt
-            heapq.heappush(self._block_heap, (nxt, seq.id))
-
-    def _blocks_from(self, seq: Sequence, step: int) -> None:
-        """``seq`` made token ``recompute`` (its first after a prefill) in ``step``: when its
-        blocks are next full. Before step ``i`` its context is ``prefill_target + i - step``."""
-        nxt = step + seq.kv_blocks - seq.prefill_target + 1
-        if nxt <= seq.finish_step:
-            seq.next_block_step = nxt
-            heapq.heappush(self._block_heap, (nxt, seq.id))
-
-    def _due(self, index: int) -> list[Sequence]:
-        """Decoding sequences whose next block is due before step ``index``, oldest first."""
-        heap, decoding, due = self._block_heap, self.decoding, []
-        while heap and heap[0][0] <= index:
-            step, sid = heapq.heappop(heap)
-            seq = decoding.get(sid)
-            if seq is not None and seq.next_block_step == step:
-                seq.next_block_step = -1  # taken off the heap (a stale twin is not)
-                due.append(seq)
-        due.sort(key=lambda s: s.rank)
-        return due
+    # -- a step ------------------------------------------------------------------------------
 
     def _grow(self, index: int) -> bool:
         """Before step ``index``: give every decoder whose blocks are full one more, preempting
         the newest running requests while none is free. True if any was preempted."""
-        heap = self._block_heap
-        if not heap or heap[0][0] > index:
+        due = self._residues[index % self.block]
+        if not due:
+            return False
+        b = self.block
+        if self._take(b * len(due)):  # room for all: the usual case
+            self._kv_used += b * len(due)
             return False
         preempted = False
-        for seq in self._due(index):
+        for seq in sorted(due.values(), key=lambda s: s.rank):  # oldest first, as vLLM's running
             if seq.state != DECODE:
                 continue  # preempted for an older one meanwhile
-            while not self._take_block():
+            while not self._take(b):
                 victim = self._admitted[next(reversed(self._admitted))]
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
                     break
             else:
-                self._give_block(seq, index)
+                self._kv_used += b
         return preempted
 
     def _preempt(self, seq: Sequence) -> None:
@@ -141,13 +153,14 @@ class KvPaging:
             del self.decoding[seq.id]
             made = seq.tokens_after(self.step_index)
             self._decode_ctx -= seq.prompt_tokens + made
+            self._kv_used -= self._leave(seq, self.step_index)
             seq.pause(self.step_index)
             seq.recompute = made
         else:  # still prefilling: what it prefilled is lost too
             self.prefilling.remove(seq)
-        self._kv_used -= seq.kv_held
+            self._kv_used -= seq.kv_held
         seq.kv_held = seq.kv_blocks = 0
-        seq.next_block_step = seq.finish_step = -1
+        seq.finish_step = seq.grow_from = -1
         self._unpin(seq, self.busy_until)
         seq.cache_hit = 0
         seq.relook = self.cache is not None and seq.prefix is not None
@@ -171,49 +184,47 @@ class KvPaging:
 
     # -- the virtual clock's stretches ------------------------------------------------------
 
+    def _blocks_in(self, first: int, steps: int) -> int:
+        """Blocks the decoders take before steps ``first .. first + steps - 1``."""
+        b, res = self.block, self._residues
+        n = len(self.decoding)  # every decoder is in one residue class
+        total = (steps // b) * n
+        for t in range(first, first + steps % b):
+            total += len(res[t % b])
+        return total
+
     def _room(self, limit: int) -> int:
         """Steps from the next on (up to ``limit``) whose blocks all fit without preempting:
         a steady stretch runs no further."""
-        heap = self._block_heap
-        if not heap or heap[0][0] > self.step_index + limit:
-            return limit
         avail = self._kv_free()
         if self.cache is not None:
             avail += self.cache.evictable
-        avail //= self.block
-        decoding, b, base = self.decoding, self.block, self.step_index
-        starts = [s for s, sid in set(heap)
-                  if (q := decoding.get(sid)) is not None and q.next_block_step == s]
-
-        def blocks_by(r: int) -> int:  # blocks the next ``r`` steps take
-            t = base + r
-            return sum((t - s) // b + 1 for s in starts if s <= t)
-
-        if blocks_by(limit) <= avail:
+        b, res = self.block, self._residues
+        avail //= b
+        n = len(self.decoding)
+        if n * -(-limit // b) <= avail:  # room for a block each per started cycle: all fit
             return limit
-        lo, hi = 0, limit  # blocks_by(lo) fits, blocks_by(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if blocks_by(mid) <= avail:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        first = self.step_index + 1
+        if self._blocks_in(first, limit) <= avail:
+            return limit
+        steps = (avail // n) * b  # whole cycles of the residues fit (n > 0: some exceed)
+        left = avail - (avail // n) * n
+        while steps < limit:
+            need = len(res[(first + steps) % b])
+            if need > left:
+                break
+            left -= need
+            steps += 1
+        return steps
 
-    def _grow_steady(self) -> None:
-        """A steady stretch ran up to ``step_index``: the blocks its steps took (they fit:
-        ``_room``)."""
-        heap = self._block_heap
-        index = self.step_index
-        while heap and heap[0][0] <= index:
-            step, sid = heapq.heappop(heap)
-            seq = self.decoding.get(sid)
-            if seq is None or seq.next_block_step != step:
-                continue
-            seq.next_block_step = -1
-            taken = self._take_block()
+    def _grow_steady(self, first: int, steps: int) -> None:
+        """A steady stretch ran steps ``first .. first + steps - 1``: the blocks they took
+        (they fit: ``_room``)."""
+        tokens = self.block * self._blocks_in(first, steps)
+        if tokens:
+            taken = self._take(tokens)
             assert taken, "a steady stretch ran past its KV"
-            self._give_block(seq, step)
+            self._kv_used += tokens
 
 
 __all__ = ["KvPaging", "round_up"]

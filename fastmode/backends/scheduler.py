@@ -96,7 +96,7 @@ class Scheduler(StepMemo, KvPaging):
         self.decoding: dict[int, Sequence] = {}
         self._finish_heap: list[tuple[int, int]] = []  # (finish step index, seq id)
         self.block = max(1, limits.block_size)
-        self._block_heap: list[tuple[int, int]] = []
+        self._residues: list[dict[int, Sequence]] = [{} for _ in range(self.block)]
         self._admitted: dict[int, Sequence] = {}
         self._ranks = 0
         self.preemptions = 0
@@ -203,15 +203,18 @@ class Scheduler(StepMemo, KvPaging):
             return dropped
         for sid in self._cancelled:
             seq = self.decoding.pop(sid, None)
+            held = 0
             if seq is not None:
                 self._decode_ctx -= seq.prompt_tokens + seq.tokens_after(self.step_index)
+                held = self._leave(seq, self.step_index) if self.paging else seq.kv_held
             else:
                 for i, s in enumerate(self.prefilling):
                     if s.id == sid:
                         seq = self.prefilling.pop(i)
+                        held = seq.kv_held
                         break
             if seq is not None:
-                self._kv_used -= seq.kv_held
+                self._kv_used -= held
                 self._unpin(seq, self.busy_until)
                 seq.state = CANCELLED
                 dropped.append(seq)
@@ -337,7 +340,7 @@ class Scheduler(StepMemo, KvPaging):
         seq.finish_step = index + seq.output_tokens - seq.recompute - 1
         heapq.heappush(self._finish_heap, (seq.finish_step, seq.id))
         if self.paging:
-            self._blocks_from(seq, index)
+            self._join(seq, index)
 
     def _retire(self, index: int, end: float, out: list[Sequence]) -> None:
         heap = self._finish_heap
@@ -349,7 +352,7 @@ class Scheduler(StepMemo, KvPaging):
             del self.decoding[sid]
             self._cancelled.discard(sid)
             self._decode_ctx -= seq.prompt_tokens + seq.output_tokens
-            self._kv_used -= seq.kv_held
+            self._kv_used -= self._leave(seq, index) if self.paging else seq.kv_held
             self._unpin(seq, end)
             seq.state = FINISHED
             seq.finished_at = end
@@ -400,11 +403,11 @@ class Scheduler(StepMemo, KvPaging):
         """Run ``steps`` planned steady steps from ``now`` (``plan_steady``), lasting ``span``."""
         n = len(self.decoding)
         self._decode_ctx += n * steps
+        if self.paging:
+            self._grow_steady(self.step_index + 1, steps)
         self.step_index += steps
         end = now + span
         self.busy_until = end
-        if self.paging:
-            self._grow_steady()
         result = StepResult(self.step_index, now, end, n * steps, batch=n + self.background.seqs)
         self._retire(self.step_index, end, result.finished)
         return result

@@ -50,10 +50,10 @@ class Sequence:
     admitted_at: float = -1.0
     first_token_at: float = -1.0
     finished_at: float = -1.0
-    # paging (backends.kv_paging): tokens of KV its blocks hold (shared cache included), the
-    # step that needs its next block, the step of its last token, its admission rank
+    # paging (backends.kv_paging): tokens of KV its blocks held when it started decoding
+    # (shared cache included), the step it did, the step of its last token, its admission rank
     kv_blocks: int = 0
-    next_block_step: int = -1
+    grow_from: int = -1
     finish_step: int = -1
     rank: int = 0
     preemptions: int = 0  # times it was preempted (its KV freed, recomputed later)

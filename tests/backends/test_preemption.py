@@ -96,7 +96,7 @@ def test_the_scheduler_never_holds_more_kv_than_it_has(dep: DeploymentSpec) -> N
         assert r is not None
         assert held(s) <= s.kv_capacity
         for q in (*s.prefilling, *s.decoding.values()):
-            assert q.kv_blocks % s.block == 0 and q.kv_held >= 0
+            assert s.blocks_of(q) % s.block == 0 and s.held_of(q) >= 0
         now, steps = r.end, steps + 1
         assert steps < 200_000
     assert s.preemptions > 0 and s._kv_used == 0

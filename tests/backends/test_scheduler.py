@@ -110,15 +110,15 @@ class Checker:
         assert running_in_step + bg.seqs <= lim.max_batch
         # KV: the blocks of running sequences, the cache and the background fit the capacity
         running = (*s.prefilling, *s.decoding.values())
-        user_kv = sum(q.kv_held for q in running)
+        user_kv = sum(s.held_of(q) for q in running)
         pinned = s.cache.pinned if s.cache is not None else 0
         cached = s.cache.size if s.cache is not None else 0
         assert s.kv_used_tokens == user_kv + bg.kv_tokens + pinned
-        kv_in_step = user_kv + sum(q.kv_held for q in result.finished)
+        kv_in_step = user_kv + sum(s.held_of(q) for q in result.finished)
         assert user_kv + cached + bg.kv_tokens <= s.kv_capacity
         for q in running:  # whole blocks, holding every token whose KV is written
-            assert q.kv_blocks % s.block == 0
-            assert q.kv_blocks >= q.prompt_tokens + max(0, q.tokens_after(s.step_index) - 1)
+            assert s.blocks_of(q) % s.block == 0
+            assert s.blocks_of(q) >= q.prompt_tokens + max(0, q.tokens_after(s.step_index) - 1)
         # the O(1) context bookkeeping matches the sequences
         ctx = sum(q.prompt_tokens + q.tokens_after(s.step_index) for q in s.decoding.values())
         assert s._decode_ctx == ctx
