@@ -156,6 +156,7 @@ class KvPaging:
             self._kv_used -= self._leave(seq, self.step_index)
             seq.pause(self.step_index)
             seq.recompute = made
+            seq.paused_at = self.busy_until  # the end of the step that made its last token
         else:  # still prefilling: what it prefilled is lost too
             self.prefilling.remove(seq)
             self._kv_used -= seq.kv_held

@@ -58,6 +58,7 @@ class Sequence:
     rank: int = 0
     preemptions: int = 0  # times it was preempted (its KV freed, recomputed later)
     recompute: int = 0  # tokens it made before its last preemption: prefilled again
+    paused_at: float = -1.0  # modeled time of its last token before that preemption
     relook: bool = False  # preempted: looks for its cached prefix again when next admitted
     # segments after a preemption: (first step, first token, last step) each; None: one run
     segments: list[tuple[int, int, int]] | None = None

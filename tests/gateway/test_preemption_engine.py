@@ -65,6 +65,9 @@ def test_preempted_streams_finish_with_their_tokens_and_the_counter_says_so() ->
             runs = await asyncio.gather(*(stream(client, model, i) for i in range(REQUESTS)))
             text = (await client.get("/metrics")).text
         fams = {f.name: f for f in text_string_to_metric_families(text)}
+        itl = fams["vllm:inter_token_latency_seconds"]
+        (count,) = [s.value for s in itl.samples if s.name.endswith("_count")]
+        assert count == REQUESTS * (OUTPUT - 1)  # one gap per token after the first, pauses too
         fam = fams["vllm:num_preemptions"]
         assert fam.type == "counter"
         (sample,) = [s for s in fam.samples if s.name == "vllm:num_preemptions_total"]

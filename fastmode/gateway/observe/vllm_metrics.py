@@ -87,6 +87,8 @@ class _Engine:
     def stepped(self, result: StepResult) -> None:
         if result.decode_tokens:
             self.itl.observe(result.end - result.start, result.decode_tokens)
+        for seq in result.resumed:  # its first token after a preemption: the whole pause
+            self.itl.observe(result.end - seq.paused_at, 1)
         self.generation += result.decode_tokens + len(result.first_tokens) + len(result.resumed)
         for seq in result.first_tokens:
             self.prompt += seq.prompt_tokens
