@@ -37,12 +37,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .background import Background
-from .lora import LoraSlots
-from .perf import Placement, prefill_attention_context
-from .prefix_cache import PrefixCache, PrefixKey
-from .step_memo import StepMemo
-from .stretch import stretch
+from fastmode.backends.background import Background
+from fastmode.backends.lora import LoraSlots
+from fastmode.backends.perf import Placement, prefill_attention_context
+from fastmode.backends.prefix_cache import PrefixCache, PrefixKey
+from fastmode.backends.step_memo import StepMemo
+from fastmode.backends.stretch import stretch
 
 
 @dataclass(frozen=True)

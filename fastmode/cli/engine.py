@@ -16,10 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fastmode.cli import _vllm_features
 from fastmode.gateway.config import Config, ConfigError, load_config
 from fastmode.gateway.engine_config import engine_config
-
-from . import _vllm_features
 
 # vLLM flag -> deployment field it sets
 _DEPLOYMENT_FLAGS = {

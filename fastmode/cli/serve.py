@@ -15,9 +15,8 @@ import sys
 
 from pydantic import ValidationError
 
+from fastmode.cli import _cassettes, _faults
 from fastmode.gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
-
-from . import _cassettes, _faults
 
 
 class UsageError(Exception):

@@ -18,10 +18,9 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fastmode.backends.config import PriceConfig, SimConfig, Strict
-
-from .cassettes.config import RecordConfig, ReplayConfig
-from .overlay import overlay
-from .pipeline.fault_kinds import Kind
+from fastmode.gateway.cassettes.config import RecordConfig, ReplayConfig
+from fastmode.gateway.overlay import overlay
+from fastmode.gateway.pipeline.fault_kinds import Kind
 
 # the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
 # service_tier and Anthropic's speed

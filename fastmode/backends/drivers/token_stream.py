@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..scheduler import CANCELLED, Sequence
+from fastmode.backends.scheduler import CANCELLED, Sequence
 
 log = logging.getLogger("fastmode.engine")
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 import orjson
 
 from fastmode.backends.tokenizer import count_tokens
-
-from .format import Entry
-from .transcript import Transcript
+from fastmode.gateway.cassettes.format import Entry
+from fastmode.gateway.cassettes.transcript import Transcript
 
 SLACK_TOKENS = 1  # an end-of-sequence token some servers count in completion_tokens
 

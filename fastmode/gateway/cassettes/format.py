@@ -30,7 +30,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import REDACTED
+from fastmode.gateway.cassettes.config import REDACTED
 
 VERSION = 1
 PROTOCOLS = ("chat", "completions", "responses", "messages")

@@ -13,23 +13,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastmode.backends.engine import Tier
-
-from ..config import Config
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Admission
-from ..protocols.base import Encoder, RequestContext
-from ..protocols.base import Protocol as WireProtocol
-from ..testing.cassette import TestCassettes
-from .encoder import CassetteEncoder
-from .format import Redactor, load_hook
-from .library import Library, Wire, current
-from .matching import normalised
-from .recorder import Recorder, Tape
-from .replay import ReplayAdmission, ReplayJob
+from fastmode.gateway.cassettes.encoder import CassetteEncoder
+from fastmode.gateway.cassettes.format import Redactor, load_hook
+from fastmode.gateway.cassettes.library import Library, Wire, current
+from fastmode.gateway.cassettes.matching import normalised
+from fastmode.gateway.cassettes.recorder import Recorder, Tape
+from fastmode.gateway.cassettes.replay import ReplayAdmission, ReplayJob
+from fastmode.gateway.config import Config
+from fastmode.gateway.pipeline.engine_admission import EngineAdmission
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.tickets import Admission
+from fastmode.gateway.protocols.base import Encoder, RequestContext
+from fastmode.gateway.protocols.base import Protocol as WireProtocol
+from fastmode.gateway.testing.cassette import TestCassettes
 
 if TYPE_CHECKING:
-    from ..testing.cassette import TestCassette
+    from fastmode.gateway.testing.cassette import TestCassette
 
 
 class TurnLike(Protocol):

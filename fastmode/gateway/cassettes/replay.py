@@ -27,16 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastmode.backends.engine import Tier
-
-from ..edge.netem import network_time
-from ..errors import APIError
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Ticket
-from .config import ReplayConfig
-from .library import Library, Recording, current
-from .replay_stream import ReplayStream
-from .reply import RecordedReply, generation
+from fastmode.gateway.cassettes.config import ReplayConfig
+from fastmode.gateway.cassettes.library import Library, Recording, current
+from fastmode.gateway.cassettes.replay_stream import ReplayStream
+from fastmode.gateway.cassettes.reply import RecordedReply, generation
+from fastmode.gateway.edge.netem import network_time
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.engine_admission import EngineAdmission
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.tickets import Ticket
 
 CASSETTE_HEADER = "x-fastmode-cassette"  # on a replayed answer: the file:line it came from
 

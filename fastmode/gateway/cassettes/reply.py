@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from fastmode.backends.mockmodel import Generation, Piece, ToolCall
 from fastmode.backends.tokenizer import tokenize
-
-from .transcript import Transcript
+from fastmode.gateway.cassettes.transcript import Transcript
 
 
 def tool_calls(tr: Transcript) -> tuple[ToolCall, ...]:

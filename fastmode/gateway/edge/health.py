@@ -26,8 +26,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from ..pipeline.admission import Gateway
-from .json_response import json_response
+from fastmode.gateway.edge.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
 
 
 def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:

@@ -33,14 +33,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from fastmode.backends.tokenizer import PromptTooLong, prompt_budget
-
-from ..config import LimitsConfig
-from ..errors import APIError
-from ..protocols.base import Protocol, parse_json
-from .limits import check_json_values, check_request
+from fastmode.gateway.config import LimitsConfig
+from fastmode.gateway.edge.limits import check_json_values, check_request
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Protocol, parse_json
 
 if TYPE_CHECKING:
-    from ..pipeline.admission import Gateway
+    from fastmode.gateway.pipeline.admission import Gateway
 
 OFFLOAD_BYTES = 64 * 1024  # bodies (or websocket frames) larger than this leave the loop
 WORKERS = 2

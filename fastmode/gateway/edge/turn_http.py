@@ -26,19 +26,19 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from ..endpoints.background import Background
-from ..errors import APIError
-from ..money import cost_text
-from ..pipeline.admission import Gateway, shutting_down
-from ..pipeline.fault_kinds import Kind
-from ..pipeline.tickets import ClientGone
-from ..pipeline.turn import Turn
-from ..protocols.base import Protocol, RequestContext
-from ..state import CUT, FAILED
-from ..stored.ids import new_id
-from ..stored.ownership import deferred
-from .connections import DirectResponse, hang_up_hook, on_hang_up
-from .offload import OFFLOAD_BYTES, counted, off_loop, validated
+from fastmode.gateway.edge.connections import DirectResponse, hang_up_hook, on_hang_up
+from fastmode.gateway.edge.offload import OFFLOAD_BYTES, counted, off_loop, validated
+from fastmode.gateway.endpoints.background import Background
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.money import cost_text
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.pipeline.fault_kinds import Kind
+from fastmode.gateway.pipeline.tickets import ClientGone
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.state import CUT, FAILED
+from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.stored.ownership import deferred
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SSE_RAW = [(k.encode(), v.encode()) for k, v in SSE_HEADERS.items()]

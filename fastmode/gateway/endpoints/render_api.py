@@ -20,14 +20,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..errors import bad_request
-from ..pipeline.admission import Gateway
-from ..pipeline.block_keys import prompt_ids
-from ..pipeline.request import TurnRequest
-from ..protocols import ENDPOINTS
-from ..protocols.base import RequestContext, parse_json
-from ..stored.ids import new_id
+from fastmode.gateway.edge.json_response import json_response
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.pipeline.block_keys import prompt_ids
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.protocols import ENDPOINTS
+from fastmode.gateway.protocols.base import RequestContext, parse_json
+from fastmode.gateway.stored.ids import new_id
 
 MAX_PROMPTS = 64  # prompts one Completions render may carry
 

@@ -27,11 +27,11 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response, StreamingResponse
 
-from ..edge.pages import page
-from ..errors import APIError, bad_request
-from ..state import StoredResponse
-from ..stored.ownership import caller
-from ..stored.response_store import ResponseStore
+from fastmode.gateway.edge.pages import page
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.state import StoredResponse
+from fastmode.gateway.stored.ownership import caller
+from fastmode.gateway.stored.response_store import ResponseStore
 
 ACTIVE = ("queued", "in_progress")  # a background response still running
 

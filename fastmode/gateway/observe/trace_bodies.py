@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from ..cassettes.config import REDACTED, secret_header
-from ..cassettes.format import Redactor
+from fastmode.gateway.cassettes.config import REDACTED, secret_header
+from fastmode.gateway.cassettes.format import Redactor
 
 MAX_DEPTH = 32
 _MARGIN = 256  # characters kept past the cut until redaction (longer than any key pattern)

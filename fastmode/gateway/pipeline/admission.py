@@ -21,28 +21,27 @@ from typing import Any, Protocol
 from fastmode.backends.drivers import PoolHandle, RealtimeFleet
 from fastmode.backends.engine import EngineSpec, Tier, build
 from fastmode.backends.scheduler import Scheduler
-
-from ..cassettes.format import Redactor, load_hook
-from ..cassettes.hooks import Cassettes
-from ..config import Config
-from ..errors import APIError
-from ..faults import FaultInjector, Kind
-from ..observe.metrics import Metrics, add_gauge
-from ..observe.trace_bodies import BodyBounds
-from ..observe.tracing import Traces
-from ..state import StateBackend, UsageRow, open_state
-from ..stored.ledger import job_row
-from ..testing import TestScopes
-from . import overflow, ratelimit
-from .auth import Authenticator
-from .decision import Decision, decide
-from .engine_admission import EngineAdmission
-from .job import Job
-from .lora_registry import LoraRegistry
-from .request import TurnRequest
-from .routing import Router, busy
-from .settlement import settle
-from .tickets import Admission, Refused, Ticket
+from fastmode.gateway.cassettes.format import Redactor, load_hook
+from fastmode.gateway.cassettes.hooks import Cassettes
+from fastmode.gateway.config import Config
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.faults import FaultInjector, Kind
+from fastmode.gateway.observe.metrics import Metrics, add_gauge
+from fastmode.gateway.observe.trace_bodies import BodyBounds
+from fastmode.gateway.observe.tracing import Traces
+from fastmode.gateway.pipeline import overflow, ratelimit
+from fastmode.gateway.pipeline.auth import Authenticator
+from fastmode.gateway.pipeline.decision import Decision, decide
+from fastmode.gateway.pipeline.engine_admission import EngineAdmission
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.lora_registry import LoraRegistry
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.routing import Router, busy
+from fastmode.gateway.pipeline.settlement import settle
+from fastmode.gateway.pipeline.tickets import Admission, Refused, Ticket
+from fastmode.gateway.state import StateBackend, UsageRow, open_state
+from fastmode.gateway.stored.ledger import job_row
+from fastmode.gateway.testing import TestScopes
 
 
 class InFlight(Protocol):

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
-
-from ..faults import TEST_ID_HEADER, Fault, FaultInjector
-from .auth import Authenticator, Principal
-from .price_eras import PriceRule
-from .roles import STANDARD, Role
-from .routing import Router
+from fastmode.gateway.faults import TEST_ID_HEADER, Fault, FaultInjector
+from fastmode.gateway.pipeline.auth import Authenticator, Principal
+from fastmode.gateway.pipeline.price_eras import PriceRule
+from fastmode.gateway.pipeline.roles import STANDARD, Role
+from fastmode.gateway.pipeline.routing import Router
 
 
 @dataclass(frozen=True)

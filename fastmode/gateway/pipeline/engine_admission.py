@@ -29,22 +29,21 @@ from fastmode.backends.prefix_cache import PrefixKey
 from fastmode.backends.scheduler import Scheduler, StepResult
 from fastmode.backends.sleep import SleepState
 from fastmode.backends.token_ids import Vocabulary
-
-from ..config import ServerConfig
-from ..edge.netem import network_time
-from ..errors import APIError
-from ..stored.ids import new_id
-from . import data_parallel, overflow
-from .block_keys import block_prefix
-from .caching import cache_writes
-from .job import Job
-from .kv_transfer import KVTransfer
-from .request import TurnRequest
-from .tickets import Refused, Ticket
+from fastmode.gateway.config import ServerConfig
+from fastmode.gateway.edge.netem import network_time
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline import data_parallel, overflow
+from fastmode.gateway.pipeline.block_keys import block_prefix
+from fastmode.gateway.pipeline.caching import cache_writes
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.kv_transfer import KVTransfer
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.tickets import Refused, Ticket
+from fastmode.gateway.stored.ids import new_id
 
 if TYPE_CHECKING:
-    from ..testing import TestScopes
-    from .lora_registry import LoraRegistry
+    from fastmode.gateway.pipeline.lora_registry import LoraRegistry
+    from fastmode.gateway.testing import TestScopes
 
 
 class EngineAdmission:

@@ -18,12 +18,11 @@ from typing import Any
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
 from fastmode.backends.scheduler import FINISHED
-
-from .. import money
-from .auth import Principal
-from .caching import cache_write_premium
-from .roles import Role
-from .token_source import Reply, TokenSource
+from fastmode.gateway import money
+from fastmode.gateway.pipeline.auth import Principal
+from fastmode.gateway.pipeline.caching import cache_write_premium
+from fastmode.gateway.pipeline.roles import Role
+from fastmode.gateway.pipeline.token_source import Reply, TokenSource
 
 
 @dataclass(eq=False)

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
-
-from ..config import RouteConfig
-from .roles import STANDARD
+from fastmode.gateway.config import RouteConfig
+from fastmode.gateway.pipeline.roles import STANDARD
 
 
 @dataclass(frozen=True)

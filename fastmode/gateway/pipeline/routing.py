@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastmode.backends.engine import EngineSpec, Tier
-
-from ..config import Config
-from ..errors import APIError, retry_headers
-from .price_eras import PriceRule
-from .roles import STANDARD, Role, role
+from fastmode.gateway.config import Config
+from fastmode.gateway.errors import APIError, retry_headers
+from fastmode.gateway.pipeline.price_eras import PriceRule
+from fastmode.gateway.pipeline.roles import STANDARD, Role, role
 
 MAX_CACHED_ROUTES = 4096  # (model, role) pairs resolved once; past it, resolved per request
 

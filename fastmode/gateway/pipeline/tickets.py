@@ -18,12 +18,11 @@ from typing import Protocol
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
-
-from ..errors import APIError
-from .decision import Decision
-from .job import Job
-from .request import TurnRequest
-from .roles import Role
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.decision import Decision
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.roles import Role
 
 
 @dataclass(frozen=True)

@@ -24,23 +24,28 @@ from time import monotonic
 from typing import Any
 
 from fastmode.backends.drivers import TokenStream
-
-from ..cassettes.recorder import Tape
-from ..errors import APIError
-from ..faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
-from ..observe.tracing import Trace
-from ..protocols.base import Encoder, Protocol, RequestContext
-from ..protocols.events import Frames
-from ..state import CUT, FAILED
-from ..stored.ids import new_id
-from ..stored.ledger import rejection_row
-from .admission import Gateway, shutting_down
-from .decision import Decision
-from .job import Job
-from .push import Push, WriteFailed, pushing
-from .request import TurnRequest
-from .tickets import ClientGone
-from .turn_errors import MALFORMED_BODY, MALFORMED_EVENT, drain, internal_error, lagging
+from fastmode.gateway.cassettes.recorder import Tape
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
+from fastmode.gateway.observe.tracing import Trace
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.pipeline.decision import Decision
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.push import Push, WriteFailed, pushing
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.tickets import ClientGone
+from fastmode.gateway.pipeline.turn_errors import (
+    MALFORMED_BODY,
+    MALFORMED_EVENT,
+    drain,
+    internal_error,
+    lagging,
+)
+from fastmode.gateway.protocols.base import Encoder, Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.state import CUT, FAILED
+from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.stored.ledger import rejection_row
 
 log = logging.getLogger("fastmode.turn")
 

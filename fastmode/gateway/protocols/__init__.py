@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from .anthropic_messages import MessagesProtocol
-from .base import Encoder, Protocol, RequestContext
-from .events import Frames
-from .openai_chat import ChatProtocol
-from .openai_completions import CompletionsProtocol
-from .openai_responses import ResponsesProtocol
-from .openai_responses.compact import CompactProtocol
+from fastmode.gateway.protocols.anthropic_messages import MessagesProtocol
+from fastmode.gateway.protocols.base import Encoder, Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.openai_chat import ChatProtocol
+from fastmode.gateway.protocols.openai_completions import CompletionsProtocol
+from fastmode.gateway.protocols.openai_responses import ResponsesProtocol
+from fastmode.gateway.protocols.openai_responses.compact import CompactProtocol
 
 __all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_path"]
 

@@ -23,13 +23,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fastmode.backends.mockmodel import Generation, Piece
-
-from ..errors import APIError, bad_request
-from ..observe.rejections import Rejection, rejection
-from ..pipeline.job import Job
-from ..pipeline.request import TurnRequest
-from ..pipeline.roles import Vocabulary
-from .events import (
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.observe.rejections import Rejection, rejection
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.pipeline.roles import Vocabulary
+from fastmode.gateway.protocols.events import (
     EventBuffer,
     Frames,
     Merged,
@@ -42,10 +41,10 @@ from .events import (
     texts,
     wired,
 )
-from .vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
 
 if TYPE_CHECKING:
-    from ..stored.response_store import ResponseStore
+    from fastmode.gateway.stored.response_store import ResponseStore
 
 
 

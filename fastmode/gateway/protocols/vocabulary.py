@@ -15,7 +15,7 @@ plus a route in the TOML.
 
 from __future__ import annotations
 
-from ..pipeline.roles import Vocabulary
+from fastmode.gateway.pipeline.roles import Vocabulary
 
 OPENAI_SERVICE_TIERS = Vocabulary(
     param="service_tier",

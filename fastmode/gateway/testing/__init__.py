@@ -5,6 +5,6 @@ faults, and is written to that test's journal. The state is in the serving proce
 plugin runs one server per xdist worker); the admin API sets and reads it
 (``gateway.testing.routes``)."""
 
-from .scopes import CountedFault, ReplyRule, TestScope, TestScopes
+from fastmode.gateway.testing.scopes import CountedFault, ReplyRule, TestScope, TestScopes
 
 __all__ = ["CountedFault", "ReplyRule", "TestScope", "TestScopes"]

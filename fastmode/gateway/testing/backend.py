@@ -16,12 +16,12 @@ turn (``gateway.cassettes.hooks``).
 
 from __future__ import annotations
 
-from ..cassettes.library import current
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Admission, Ticket
-from .cassette import TestCassettes
-from .scopes import TestScopes
+from fastmode.gateway.cassettes.library import current
+from fastmode.gateway.pipeline.engine_admission import EngineAdmission
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.tickets import Admission, Ticket
+from fastmode.gateway.testing.cassette import TestCassettes
+from fastmode.gateway.testing.scopes import TestScopes
 
 
 class PerTest:

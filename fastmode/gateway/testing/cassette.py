@@ -23,19 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ..cassettes.config import RecordConfig, ReplayConfig
-from ..cassettes.format import Redactor, read
-from ..cassettes.library import CassetteError, Library, Recording, Wire
-from ..cassettes.recorder import Recorder
-from ..errors import APIError
+from fastmode.gateway.cassettes.config import RecordConfig, ReplayConfig
+from fastmode.gateway.cassettes.format import Redactor, read
+from fastmode.gateway.cassettes.library import CassetteError, Library, Recording, Wire
+from fastmode.gateway.cassettes.recorder import Recorder
+from fastmode.gateway.errors import APIError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fastmode.backends.engine import Tier
-
-    from ..cassettes.replay import ReplayAdmission
-    from ..pipeline.engine_admission import EngineAdmission
+    from fastmode.gateway.cassettes.replay import ReplayAdmission
+    from fastmode.gateway.pipeline.engine_admission import EngineAdmission
 
 Mode = Literal["record", "replay", "once", "new_episodes"]
 MODES: tuple[str, ...] = ("record", "replay", "once", "new_episodes")
@@ -95,7 +94,7 @@ class TestCassettes:
     def open(self, test_id: str, path: str, mode: str) -> TestCassette:
         """The test's cassette (replacing one it had); CassetteError: a file that cannot be
         replayed (its file:line and why), or ``replay`` of a file that does not exist."""
-        from ..cassettes.replay import ReplayAdmission
+        from fastmode.gateway.cassettes.replay import ReplayAdmission
 
         file = Path(path)
         if file.is_dir() or file.suffix != ".jsonl":

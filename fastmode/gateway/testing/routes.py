@@ -25,15 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..cassettes.library import CassetteError
-from ..errors import APIError, bad_request
-from ..faults.spec import Fault
-from ..pipeline.fault_kinds import Kind
-from ..protocols.base import parse_json
-from ..stored.ownership import Caller, caller
-from .cassette import MODES, TestCassettes
-from .journal import entry
-from .scopes import CountedFault, ReplyRule, TestScopes
+from fastmode.gateway.cassettes.library import CassetteError
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.faults.spec import Fault
+from fastmode.gateway.pipeline.fault_kinds import Kind
+from fastmode.gateway.protocols.base import parse_json
+from fastmode.gateway.stored.ownership import Caller, caller
+from fastmode.gateway.testing.cassette import MODES, TestCassettes
+from fastmode.gateway.testing.journal import entry
+from fastmode.gateway.testing.scopes import CountedFault, ReplyRule, TestScopes
 
 
 class _Strict(BaseModel):

@@ -30,9 +30,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.websockets import WebSocket
 
-from ..edge.netem import NetworkModel
-from ..pipeline.admission import Gateway
-from .session import MAX_FRAME_BYTES, Session
+from fastmode.gateway.edge.netem import NetworkModel
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.websocket.session import MAX_FRAME_BYTES, Session
 
 __all__ = ["MAX_FRAME_BYTES", "Session", "add_routes"]
 

@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request
 from pydantic import Field
 from starlette.responses import Response
 
-from ...edge.limits import check_request
-from ...edge.offload import counted, off_loop, parse_body
-from ...errors import APIError
-from ...stored.ids import new_id
-from ..base import RequestContext, validate
-from . import MessagesProtocol
-from .schema import MessagesRequest
+from fastmode.gateway.edge.limits import check_request
+from fastmode.gateway.edge.offload import counted, off_loop, parse_body
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.anthropic_messages import MessagesProtocol
+from fastmode.gateway.protocols.anthropic_messages.schema import MessagesRequest
+from fastmode.gateway.protocols.base import RequestContext, validate
+from fastmode.gateway.stored.ids import new_id
 
 
 class CountTokensRequest(MessagesRequest):

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.tokenizer import count_tokens
-
-from ...errors import bad_request
-from ...pipeline.caching import text_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ..base import Protocol, RequestContext
-from .encoder import CompletionsEncoder, completion_usage
-from .schema import CompletionsRequest
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.pipeline.caching import text_prefix
+from fastmode.gateway.pipeline.job import Job
+from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.protocols.openai_completions.encoder import (
+    CompletionsEncoder,
+    completion_usage,
+)
+from fastmode.gateway.protocols.openai_completions.schema import CompletionsRequest
 
 __all__ = ["CompletionsEncoder", "CompletionsProtocol", "CompletionsRequest", "completion_usage"]
 
