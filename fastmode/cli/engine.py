@@ -127,7 +127,7 @@ def ignored_warning(ignored: list[str]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
 
     warning = ignored_warning(getattr(args, "ignored", None) or [])
     if warning:

@@ -160,7 +160,7 @@ def bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.workers.server import serve
 
     config = configure(args)
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_workers(args: argparse.Namespace, config: Config) -> int:
     """``--workers N``: N processes on one port, each replica in exactly one of them."""
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.workers import Supervisor, WorkersError
     from fastmode.gateway.workers import describe as describe_workers
 

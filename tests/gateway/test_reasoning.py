@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 from test_turn import app_client, config_from  # noqa: F401 - the fixture
 
 from fastmode.backends.engine import build
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 
 THINK = [{"role": "user", "content": "Explain the trade-offs of continuous batching"}]
 

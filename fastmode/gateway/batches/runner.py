@@ -21,15 +21,15 @@ from typing import Any
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.scheduler import FINISHED
-from fastmode.gateway.edge.limits import check_request
 from fastmode.gateway.errors import bad_request
+from fastmode.gateway.http.limits import check_request
 from fastmode.gateway.pipeline.admission import Gateway
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.roles import STANDARD
 from fastmode.gateway.protocols import CHAT, COMPLETIONS, RESPONSES, Protocol, RequestContext
 from fastmode.gateway.state import COMPLETED
-from fastmode.gateway.stored.ids import new_id
 from fastmode.gateway.stored.response_store import ResponseStore
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.roles import STANDARD
 
 BATCH_TIER = "batch"  # the ledger's tier for batch requests
 OPENAI_ENDPOINTS: dict[str, Protocol] = {

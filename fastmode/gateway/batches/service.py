@@ -14,7 +14,7 @@ from fastmode.gateway.batches.store import Batch, BatchStore, Entry
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.pipeline.admission import Gateway
 from fastmode.gateway.protocols import Protocol
-from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.values.ids import new_id
 
 __all__ = ["Batches", "Prepared", "body_of"]
 YIELD_EVERY = 16  # lines prepared between two turns of the event loop

@@ -14,21 +14,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fastmode.backends.engine import Tier
 from fastmode.gateway.cassettes.encoder import CassetteEncoder
-from fastmode.gateway.cassettes.format import Redactor, load_hook
 from fastmode.gateway.cassettes.library import Library, Wire, current
 from fastmode.gateway.cassettes.matching import normalised
 from fastmode.gateway.cassettes.recorder import Recorder, Tape
 from fastmode.gateway.cassettes.replay import ReplayAdmission, ReplayJob
+from fastmode.gateway.cassettes.scoped import TestCassettes
 from fastmode.gateway.config import Config
-from fastmode.gateway.pipeline.engine_admission import EngineAdmission
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.tickets import Admission
+from fastmode.gateway.engines.engine_admission import EngineAdmission
+from fastmode.gateway.engines.tickets import Admission
+from fastmode.gateway.observe.exchange_format import Redactor, load_hook
 from fastmode.gateway.protocols.base import Encoder, RequestContext
 from fastmode.gateway.protocols.base import Protocol as WireProtocol
-from fastmode.gateway.testing.cassette import TestCassettes
+from fastmode.gateway.values.job import Job
 
 if TYPE_CHECKING:
-    from fastmode.gateway.testing.cassette import TestCassette
+    from fastmode.gateway.cassettes.scoped import TestCassette
 
 
 class TurnLike(Protocol):
@@ -52,7 +52,7 @@ class Cassettes:
         self.redactor = Redactor(rec.redact, load_hook(rec.redact_hook))
         self.recorder = Recorder(rec, self.redactor) if rec.dir else None
         self.everything = bool(rec.dir or config.replay.dir)  # not only tests' cassettes
-        # the pytest plugin's per-test cassettes (gateway.testing.cassette; the admin API)
+        # the pytest plugin's per-test cassettes (gateway.cassettes.scoped; the admin API)
         self.tests = TestCassettes(rec, self.redactor, engine, tiers)
 
     def _test(self, turn: TurnLike) -> TestCassette | None:

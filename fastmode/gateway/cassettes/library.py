@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastmode.gateway.cassettes.config import ReplayConfig
-from fastmode.gateway.cassettes.format import Entry, Redactor, read
+from fastmode.gateway.cassette_config import ReplayConfig
 from fastmode.gateway.cassettes.matching import (
     canonical,
     differences,
@@ -27,6 +26,7 @@ from fastmode.gateway.cassettes.matching import (
 from fastmode.gateway.cassettes.streams import read as transcript
 from fastmode.gateway.cassettes.transcript import Transcript
 from fastmode.gateway.errors import APIError
+from fastmode.gateway.observe.exchange_format import Entry, Redactor, read
 
 
 @dataclass(frozen=True)

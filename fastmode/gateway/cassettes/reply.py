@@ -30,7 +30,7 @@ def text(tr: Transcript) -> str:
 
 
 class RecordedReply:
-    """The ``Reply`` of a replayed exchange (``gateway.pipeline.token_source``): what it said, and the
+    """The ``Reply`` of a replayed exchange (``gateway.values.token_source``): what it said, and the
     output tokens its usage reported (billed as such)."""
 
     __slots__ = ("pieces", "text", "tool_calls", "finish_reason", "stop_sequence",

@@ -17,7 +17,6 @@ from typing import Any
 
 from fastmode.backends.mockmodel import Piece
 from fastmode.gateway.cassettes import exact
-from fastmode.gateway.cassettes.format import Entry, Event
 from fastmode.gateway.cassettes.transcript import (
     BODIES,
     Transcript,
@@ -27,6 +26,7 @@ from fastmode.gateway.cassettes.transcript import (
     obj,
     responses_object,
 )
+from fastmode.gateway.observe.exchange_format import Entry, Event
 
 DONE = "[DONE]"
 

@@ -17,8 +17,8 @@ from fastapi import FastAPI
 from starlette.responses import Response, StreamingResponse
 
 from fastmode.gateway.dashboard.feed import Dashboard
-from fastmode.gateway.edge.json_response import json_response
 from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.json_response import json_response
 
 ASSETS = {
     "dashboard.js": "text/javascript; charset=utf-8",

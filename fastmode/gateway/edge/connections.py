@@ -45,7 +45,7 @@ from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.observe.rejections import log_rejected
-from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.values.ids import new_id
 
 LINGER_S = 1.0  # a refused head: further bytes are dropped this long before the close
 HANG_UP = "on_hang_up"  # attribute of a request's cycle: what to call if the client goes away

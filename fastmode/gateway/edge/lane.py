@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fastmode.gateway import protocols
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.values.ids import new_id
 
 log = logging.getLogger("fastmode.app")
 

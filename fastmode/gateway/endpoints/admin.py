@@ -25,13 +25,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from fastmode.gateway.config import FaultRule
-from fastmode.gateway.edge.json_response import json_response
 from fastmode.gateway.errors import APIError, bad_request
 from fastmode.gateway.faults import NAMESPACE, TEST_ID_HEADER
+from fastmode.gateway.http.json_body import parse_json
+from fastmode.gateway.http.json_response import json_response
 from fastmode.gateway.pipeline.admission import Gateway
-from fastmode.gateway.protocols.base import parse_json
-from fastmode.gateway.stored.ids import new_id
 from fastmode.gateway.stored.ownership import is_key_id, key_id
+from fastmode.gateway.values.ids import new_id
 
 MAX_RULES = 1000
 

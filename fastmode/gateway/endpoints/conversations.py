@@ -17,7 +17,7 @@ from starlette.responses import Response
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.protocols import CHAT
 from fastmode.gateway.protocols.openai_responses.schema import CONVERSATIONS_REFUSED
-from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.values.ids import new_id
 
 METHODS = ["GET", "POST", "DELETE"]
 

@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING
 
 from fastmode.gateway.config import FaultsConfig, ServerConfig
 from fastmode.gateway.errors import APIError, retry_headers
-from fastmode.gateway.faults.spec import HEADER, TEST_ID_HEADER, Fault, from_rule, parse_header
+from fastmode.gateway.fault_kinds import Kind
 from fastmode.gateway.observe.metrics import Metrics
-from fastmode.gateway.pipeline.fault_kinds import Kind
 from fastmode.gateway.state import StateBackend
+from fastmode.gateway.values.fault_spec import (
+    HEADER,
+    TEST_ID_HEADER,
+    Fault,
+    from_rule,
+    parse_header,
+)
 
 if TYPE_CHECKING:
     from fastmode.gateway.testing import TestScopes

@@ -32,7 +32,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.stored.key_ids import key_id
+from fastmode.gateway.values.key_ids import key_id
 
 log = logging.getLogger("fastmode.requests")
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from fastmode.gateway.cassettes.format import Redactor
+from fastmode.gateway.observe.exchange_format import Redactor
 from fastmode.gateway.observe.trace_bodies import BodyBounds, capture, headers, parsed
 from fastmode.gateway.stored.ownership import Caller
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from fastmode.backends.scheduler import CANCELLED
 from fastmode.gateway.observe.metrics import Metrics
-from fastmode.gateway.pipeline.job import Job
 from fastmode.gateway.state import CANCELLED as ENDED_CANCELLED
 from fastmode.gateway.state import COMPLETED
+from fastmode.gateway.values.job import Job
 
 
 def generated_tokens(job: Job) -> int:

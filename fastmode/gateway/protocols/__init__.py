@@ -1,4 +1,7 @@
-"""The protocol plug-ins and the paths they serve (under ``/v1`` and ``/fast/v1``)."""
+"""The protocol plug-ins and the paths they serve (under ``/v1`` and ``/fast/v1``): each says
+how its wire format looks (schema, translation to a ``TurnRequest``, encoder, vocabulary) and
+knows nothing of the pipeline that runs it; imports ``values``, ``http``, ``stored`` and
+``observe``."""
 
 from __future__ import annotations
 

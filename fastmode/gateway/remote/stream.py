@@ -20,9 +20,9 @@ from typing import Any, NoReturn
 
 from fastmode.backends.drivers.token_stream import CountStream
 from fastmode.backends.scheduler import CANCELLED, DECODE, FINISHED, WAITING
-from fastmode.gateway.pipeline.job import Job
 from fastmode.gateway.remote.http import Response, UpstreamError
 from fastmode.gateway.remote.translate import ChunkReader, LiveReply, UpstreamFailed, usage_counts
+from fastmode.gateway.values.job import Job
 
 
 class UpstreamSeq:

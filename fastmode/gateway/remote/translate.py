@@ -26,8 +26,8 @@ from fastmode.backends.mockmodel import REASONING, Piece, Reasoning, ToolCall, T
 from fastmode.backends.mockmodel.request import CUSTOM, FUNCTION
 from fastmode.backends.tokenizer import tokenize
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.openai_responses.items import COMPACTED_CALLS
+from fastmode.gateway.values.request import TurnRequest
 
 DONE = b"[DONE]"
 # Responses content parts and Anthropic blocks that carry text, in Chat's part vocabulary

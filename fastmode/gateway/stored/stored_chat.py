@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fastmode.gateway.edge.pages import page
 from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.pages import page
 from fastmode.gateway.state import StateBackend
 from fastmode.gateway.state.objects import StoredObject, objects_of
 from fastmode.gateway.stored.ownership import Caller

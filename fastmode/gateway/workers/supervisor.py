@@ -102,7 +102,7 @@ def _worker(config_json: str, index: int, sockets: list[str], host: str, port: i
             log_level: str) -> None:
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
     watch_parent()
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.testing.claims import Claims
     from fastmode.gateway.workers.aggregate import WorkerMetrics
     from fastmode.gateway.workers.server import serve

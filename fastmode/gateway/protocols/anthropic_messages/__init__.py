@@ -16,9 +16,6 @@ import orjson
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec
 from fastmode.backends.tokenizer import count_chat_prompt
 from fastmode.gateway.errors import APIError, bad_request
-from fastmode.gateway.pipeline.caching import messages_prefix
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.anthropic_messages.encoder import (
     MessagesEncoder,
     anthropic_status,
@@ -29,6 +26,9 @@ from fastmode.gateway.protocols.base import Protocol, RequestContext, resolve_to
 from fastmode.gateway.protocols.formats import strict_tools, structured
 from fastmode.gateway.protocols.sealed import thinking_is_ours
 from fastmode.gateway.protocols.vocabulary import ANTHROPIC_SPEEDS
+from fastmode.gateway.values.caching import messages_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["FAST_BETA", "MessagesEncoder", "MessagesProtocol", "MessagesRequest"]
 

@@ -7,9 +7,6 @@ from typing import Any
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from fastmode.backends.tokenizer import count_chat_prompt
 from fastmode.gateway.errors import bad_request
-from fastmode.gateway.pipeline.caching import chat_prefix
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.base import Protocol, RequestContext, resolve_tool_choice
 from fastmode.gateway.protocols.formats import (
     json_word_required,
@@ -26,6 +23,9 @@ from fastmode.gateway.protocols.openai_chat.schema import (
 )
 from fastmode.gateway.protocols.openai_chat.tools import chat_tools
 from fastmode.gateway.stored.stored_chat import StoredChats, check_metadata
+from fastmode.gateway.values.caching import chat_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["ChatEncoder", "ChatProtocol", "ChatRequest", "chat_usage"]
 

@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.pipeline.job import Job
 from fastmode.gateway.protocols.base import Encoder
 from fastmode.gateway.protocols.events import Frames
 from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.job import Job
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"

@@ -10,11 +10,7 @@ from typing import Any
 
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, message_text
 from fastmode.backends.tokenizer import count_chat_prompt
-from fastmode.gateway.endpoints.responses_api import stored_body
 from fastmode.gateway.errors import bad_request
-from fastmode.gateway.pipeline.caching import chat_prefix
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.base import (
     Protocol,
     RequestContext,
@@ -35,7 +31,11 @@ from fastmode.gateway.protocols.openai_responses.items import (
 )
 from fastmode.gateway.protocols.openai_responses.schema import ResponsesRequest, ResponsesToolChoice
 from fastmode.gateway.protocols.openai_responses.tools import carried_tools, declared, tool_groups
+from fastmode.gateway.stored.response_body import stored_body
 from fastmode.gateway.stored.response_store import StoredResponse
+from fastmode.gateway.values.caching import chat_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
 

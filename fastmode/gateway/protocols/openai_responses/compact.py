@@ -25,9 +25,6 @@ from pydantic import Field
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.tokenizer import REPLY_PRIMING, count_chat_prompt
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.pipeline.caching import chat_units, openai_prefix
-from fastmode.gateway.pipeline.job import Job
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.base import Encoder, Lenient, Protocol, RequestContext
 from fastmode.gateway.protocols.events import Frames
 from fastmode.gateway.protocols.openai_chat.schema import ServiceTier
@@ -39,6 +36,9 @@ from fastmode.gateway.protocols.openai_responses.items import (
     pending_calls,
 )
 from fastmode.gateway.protocols.sealed import compaction_content
+from fastmode.gateway.values.caching import chat_units, openai_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 SUMMARY_SHARE = 0.2
 SUMMARY_MIN = 32

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fastmode.backends.tokenizer import tokenize
-from fastmode.gateway.pipeline.token_source import Reply
 from fastmode.gateway.protocols.events import Frames
 from fastmode.gateway.protocols.sealed import reasoning_content
+from fastmode.gateway.values.token_source import Reply
 
 Event = Callable[[dict[str, Any]], bytes]
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from fastmode.gateway.config import ApiKey, AuthConfig
 from fastmode.gateway.errors import APIError, retry_headers
 from fastmode.gateway.state import StateBackend, Take, Want, take_in_memory
-from fastmode.gateway.stored.key_ids import key_id
+from fastmode.gateway.values.key_ids import key_id
 
 
 @dataclass

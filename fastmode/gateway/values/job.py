@@ -19,10 +19,10 @@ from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
 from fastmode.backends.scheduler import FINISHED
 from fastmode.gateway import money
-from fastmode.gateway.pipeline.auth import Principal
-from fastmode.gateway.pipeline.caching import cache_write_premium
-from fastmode.gateway.pipeline.roles import Role
-from fastmode.gateway.pipeline.token_source import Reply, TokenSource
+from fastmode.gateway.values.auth import Principal
+from fastmode.gateway.values.caching import cache_write_premium
+from fastmode.gateway.values.roles import Role
+from fastmode.gateway.values.token_source import Reply, TokenSource
 
 
 @dataclass(eq=False)
@@ -58,7 +58,7 @@ class Job:
     billed_output: int = 0  # set at settlement: output tokens billed
     detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
     # vLLM's kv_transfer_params in the answer, when the request sent some (None: null)
-    # (gateway.pipeline.kv_transfer)
+    # (gateway.engines.kv_transfer)
     kv_transfer_asked: bool = False
     kv_transfer_params: dict[str, Any] | None = None
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastmode.gateway.errors import bad_request
-from fastmode.gateway.pipeline.fault_kinds import KINDS, Kind
-from fastmode.gateway.stored.key_ids import key_id
+from fastmode.gateway.fault_kinds import KINDS, Kind
+from fastmode.gateway.values.key_ids import key_id
 
 HEADER = "x-fastmode-fault"
 TEST_ID_HEADER = "x-fastmode-test-id"
