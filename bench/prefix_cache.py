@@ -5,7 +5,7 @@ turns. Every session shares one system prompt and tool set (~3,000 tokens, as ag
 product do); each turn the model answers with a tool call (~60 tokens), the tool's result
 (~400 tokens of log output) is appended and the next turn is sent ``--think`` seconds after the
 reply ended. The prompts are real chat messages and their cache keys come from the gateway's
-own code (``gateway.pipeline.caching``: OpenAI's automatic caching, 128-token steps from 1,024 tokens),
+own code (``gateway.values.caching``: OpenAI's automatic caching, 128-token steps from 1,024 tokens),
 so the bench measures what the server does.
 
 The same trace runs on the default config's standard and fast deployments three ways:
@@ -33,7 +33,7 @@ from fastmode.backends.prefix_cache import CacheRouting
 from fastmode.backends.scheduler import Sequence
 from fastmode.backends.tokenizer import count_chat_prompt
 from fastmode.gateway.config import load_config
-from fastmode.gateway.pipeline.caching import chat_units, openai_prefix
+from fastmode.gateway.values.caching import chat_units, openai_prefix
 
 WORDS = ("build test cache kernel batch token queue prefill decode replica shard latency "
          "error warning passed failed module import request stream").split()

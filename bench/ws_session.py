@@ -193,7 +193,7 @@ async def main_async(args: argparse.Namespace) -> int:
                 keep_total = keep_total or srv + cli
                 print(f"{mode:<15} {srv:9.1f} {cli:9.1f} {srv + cli:9.1f} "
                       f"{(srv + cli) / keep_total:10.2f}")
-        print("Network model (fastmode/gateway/edge/netem.py): fresh HTTPS = TCP 1 RTT + TLS 1.3 1 RTT + "
+        print("Network model (fastmode/gateway/http/netem.py): fresh HTTPS = TCP 1 RTT + TLS 1.3 1 RTT + "
               "request 1 RTT; kept-alive request = 1 RTT; websocket turn = 1 RTT (+3 RTT once "
               "to open it). Published (OpenAI, Codex-Spark): TTFT -50%, up to ~40% faster "
               "agent runs.")

@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .server import Server, serve
+    from fastmode.server import Server, serve
 
 __all__ = ["Server", "serve"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from . import server
+        from fastmode import server
 
         return getattr(server, name)
     raise AttributeError(f"module 'fastmode' has no attribute {name!r}")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from .server import Server
+from fastmode.server import Server
 
 TEST_ID_HEADER = "x-fastmode-test-id"
 

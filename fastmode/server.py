@@ -122,7 +122,7 @@ class Server:
     def _start_thread(self) -> None:
         import uvicorn
 
-        from fastmode.gateway.edge.app import create_app
+        from fastmode.gateway.app import create_app
 
         config = self._gateway_config()
         app = create_app(config)

@@ -237,8 +237,8 @@ def server_factory(tmp_path: Path):
 async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
     """The gateway's ASGI app on ``text`` (a config file laid over the default) with its own
     state file in ``tmp_path``, its lifespan started and stopped around the block."""
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.config import load_config
-    from fastmode.gateway.edge.app import create_app
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(text)
@@ -254,7 +254,7 @@ async def started_app(tmp_path: Path, text: str = "") -> AsyncIterator[Any]:
 async def asgi_client(config: Any, base_url: str = "http://t") -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the gateway (or engine) app of ``config``, its lifespan started and
     stopped around the block; ``client.app`` is the app."""
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
 
     app = create_app(config)
     async with app.router.lifespan_context(app):

@@ -26,6 +26,22 @@ FORBIDDEN = {
     "fastmode": {*PROGRAMS},
 }
 MAX_LINES = 450  # "no module over ~400 lines"
+# gateway/'s floors, lowest first: a module imports only from its own floor and those below it
+# (docs/architecture.md lists them in this order). The top-level modules are floors of one.
+GATEWAY_FLOORS = (
+    "errors", "money", "overlay", "fault_kinds", "cassette_config", "config", "engine_config",
+    "data", "__init__",                      # the basics: errors, money, the config
+    "state",                                 # shared state behind one interface
+    "values", "http",                        # what a request resolves into; HTTP pieces
+    "stored", "observe", "testing",          # stored state, observation, per-test state
+    "protocols",                             # the protocol plug-ins
+    "engines", "remote",                     # the backends behind the admission interface
+    "faults", "cassettes",                   # features the pipeline applies
+    "pipeline",                              # the turn pipeline
+    "endpoints", "edge", "websocket", "batches", "dashboard",  # on top of the pipeline
+    "app", "workers",                        # the app, and the processes that serve it
+)
+MAX_GATEWAY_TOP_MODULES = 10
 
 
 def folder(package: str) -> Path:
@@ -224,3 +240,39 @@ def test_the_architecture_page_names_every_gateway_package() -> None:
     named = set(re.findall(r"^\| `gateway/(\w+)/` \|", table, re.MULTILINE))
     folders = {p.parent.name for p in folder("gateway").glob("*/__init__.py")}
     assert named == folders
+
+
+def gateway_floor(module: str) -> str:
+    """The floor of a ``fastmode.gateway`` module: its subpackage, or the top-level module."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_the_gateways_floors_are_declared_and_nothing_imports_upward() -> None:
+    """Every module of gateway/ imports from its own floor or one below (counting imports
+    inside functions and under ``TYPE_CHECKING``)."""
+    graph = project_imports(("gateway",))
+    assert {gateway_floor(m) for m in graph} == set(GATEWAY_FLOORS)
+    rank = {floor: i for i, floor in enumerate(GATEWAY_FLOORS)}
+    upward = sorted(
+        f"{m} -> {d}" for m, deps in graph.items() for d in deps
+        if d.startswith("fastmode.gateway") and rank[gateway_floor(d)] > rank[gateway_floor(m)])
+    assert upward == []
+
+
+def test_each_gateway_package_says_what_it_holds() -> None:
+    top = sorted(p.stem for p in folder("gateway").glob("*.py") if p.stem != "__init__")
+    assert len(top) <= MAX_GATEWAY_TOP_MODULES, top
+    for init in folder("gateway").glob("*/__init__.py"):
+        if init.parent.name == "data":
+            continue  # package data (the built-in config), no code
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 80, init
+
+
+def test_the_architecture_page_lists_the_floors_in_order() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## gateway/ by concern", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"^\| `gateway/(\w+)/` \|", table, re.MULTILINE)
+    assert named == [f for f in GATEWAY_FLOORS if f in set(named)]
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .perf import prefill_attention_context
+from fastmode.backends.perf import prefill_attention_context
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .background import Background
-from .perf import Placement
-from .pricing import hardware_cost_per_token
+from fastmode.backends.background import Background
+from fastmode.backends.perf import Placement
+from fastmode.backends.pricing import hardware_cost_per_token
 
 
 @dataclass(frozen=True)

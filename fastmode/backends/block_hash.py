@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import cbor2
 
-from .prefix_cache import PrefixKey
+from fastmode.backends.prefix_cache import PrefixKey
 
 HashAlgo = Literal["sha256", "sha256_cbor"]
 HASH_ALGOS: tuple[str, ...] = ("sha256", "sha256_cbor")

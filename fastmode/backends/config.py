@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .config_vllm import KVTransferConfig, LoraConfig
+from fastmode.backends.config_vllm import KVTransferConfig, LoraConfig
 
 
 class Strict(BaseModel):

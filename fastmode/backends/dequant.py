@@ -23,7 +23,7 @@ never takes this path.
 
 from __future__ import annotations
 
-from .profiles import FOUR_BIT, HardwareProfile, canonical_precision
+from fastmode.backends.profiles import FOUR_BIT, HardwareProfile, canonical_precision
 
 
 def dequantises(hw: HardwareProfile, precision: str) -> bool:

@@ -24,16 +24,10 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from .background import Background
-from .perf import Placement
-from .perf_modes import kv_transfer_seconds
-from .scheduler import (
-    CANCELLED,
-    Limits,
-    Scheduler,
-    Sequence,
-    StepResult,
-)
+from fastmode.backends.background import Background
+from fastmode.backends.perf import Placement
+from fastmode.backends.perf_modes import kv_transfer_seconds
+from fastmode.backends.scheduler import CANCELLED, Limits, Scheduler, Sequence, StepResult
 
 _SHARE_MAX = 0.95  # a prefill replica the background keeps busier than this is saturated
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .perf import Placement, prefill_attention_context
+from fastmode.backends.perf import Placement, prefill_attention_context
 
 PROBES = 4  # coordinates each feature adds to
 WEIGHTS = {"w": 1.0, "b": 0.7, "c": 0.35}  # word, word bigram, character trigram

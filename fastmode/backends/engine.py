@@ -11,23 +11,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from .background import Background
-from .block_hash import BlockHasher
-from .calibrate.engines import REFERENCE_ENGINE, load_engines
-from .config import BehaviorConfig, DeploymentConfig, SimConfig
-from .config_vllm import KVTransferConfig
-from .disagg import DisaggregatedScheduler
-from .fleet import FleetSpec, build_fleet
-from .lora import LoraModule, LoraSlots, LoraSpec
-from .mockmodel import DEFAULT_BEHAVIOR, ModelBehavior, QualityProfile, ReplyLengths, ScriptRule
-from .perf import Placement
-from .prefix_cache import CacheRouting
-from .pricing import Prices, hardware_cost_per_token
-from .profiles import Catalog, HardwareProfile
-from .reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
-from .scheduler import Limits, Scheduler
-from .speculative import mtp_draft, speculative_placement
-from .tenants import TenantDemand, TenantInput, equilibrium
+from fastmode.backends.background import Background
+from fastmode.backends.block_hash import BlockHasher
+from fastmode.backends.calibrate.engines import REFERENCE_ENGINE, load_engines
+from fastmode.backends.config import BehaviorConfig, DeploymentConfig, SimConfig
+from fastmode.backends.config_vllm import KVTransferConfig
+from fastmode.backends.disagg import DisaggregatedScheduler
+from fastmode.backends.fleet import FleetSpec, build_fleet
+from fastmode.backends.lora import LoraModule, LoraSlots, LoraSpec
+from fastmode.backends.mockmodel import (
+    DEFAULT_BEHAVIOR,
+    ModelBehavior,
+    QualityProfile,
+    ReplyLengths,
+    ScriptRule,
+)
+from fastmode.backends.perf import Placement
+from fastmode.backends.prefix_cache import CacheRouting
+from fastmode.backends.pricing import Prices, hardware_cost_per_token
+from fastmode.backends.profiles import Catalog, HardwareProfile
+from fastmode.backends.reasoning import DEFAULT_MEDIANS, DEFAULT_TASK_SCALE, ReasoningProfile
+from fastmode.backends.scheduler import Limits, Scheduler
+from fastmode.backends.speculative import mtp_draft, speculative_placement
+from fastmode.backends.tenants import TenantDemand, TenantInput, equilibrium
 
 
 @dataclass(frozen=True)

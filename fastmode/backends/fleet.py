@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from .tenants import TenantDemand
+from fastmode.backends.tenants import TenantDemand
 
 MAX_MOVES = 4  # replicas moved per autoscaler tick at most (per node group)
 MARGIN = 0.15  # a move must narrow the utilisation gap by more than this (noise: ~0.05)

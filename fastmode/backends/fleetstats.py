@@ -12,9 +12,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .drivers.base import Driver
-from .engine import EngineSpec
-from .tenants import ADMITTED, ARRIVED, CACHED, COMPLETED, OUTPUT, PROMPT, REJECTED, WAIT
+from fastmode.backends.drivers.base import Driver
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.tenants import (
+    ADMITTED,
+    ARRIVED,
+    CACHED,
+    COMPLETED,
+    OUTPUT,
+    PROMPT,
+    REJECTED,
+    WAIT,
+)
 
 
 def tenant_figures(spec: EngineSpec, replicas: Any, span: float) -> dict[str, dict[str, Any]]:

@@ -22,9 +22,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .perf import prefill_attention_context
-from .scheduler import Scheduler, Sequence
-from .stretch import stretch
+from fastmode.backends.perf import prefill_attention_context
+from fastmode.backends.scheduler import Scheduler, Sequence
+from fastmode.backends.stretch import stretch
 
 
 @dataclass(slots=True)

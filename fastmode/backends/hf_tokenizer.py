@@ -28,8 +28,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .mockmodel import wordbank
-from .tokenizer import tokenize
+from fastmode.backends.mockmodel import wordbank
+from fastmode.backends.tokenizer import tokenize
 
 UNK = " \ufffd"
 _LETTER = re.compile(r"[^\W\d_]")

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .sequence import DECODE, WAITING, Sequence
+from fastmode.backends.sequence import DECODE, WAITING, Sequence
 
 if TYPE_CHECKING:
-    from .background import Background
-    from .prefix_cache import PrefixCache
+    from fastmode.backends.background import Background
+    from fastmode.backends.prefix_cache import PrefixCache
 
 
 def round_up(tokens: int, block: int) -> int:

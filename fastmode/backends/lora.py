@@ -36,8 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .perf import Placement
-from .sleep import host_link_gbs
+from fastmode.backends.perf import Placement
+from fastmode.backends.sleep import host_link_gbs
 
 LORA_DTYPE_BYTES = 2.0  # bf16 (vLLM's lora_dtype "auto": the activations' dtype)
 DEFAULT_MAX_LORAS = 1  # vLLM's --max-loras default

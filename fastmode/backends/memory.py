@@ -34,7 +34,7 @@ chip keeps only its own sequences' KV).
 
 from __future__ import annotations
 
-from .profiles import ModelProfile, bytes_per_param
+from fastmode.backends.profiles import ModelProfile, bytes_per_param
 
 LOGIT_ROWS = 256  # sequences sampled at once in the profiling pass (vLLM's max_num_seqs)
 GIB = float(1 << 30)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .expert_skew import skewed_touched_share
+from fastmode.backends.expert_skew import skewed_touched_share
 
 
 def touched_expert_share(experts: int, per_token: int, tokens: float, cv2: float = 0.0) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .memory import (
+from fastmode.backends.memory import (
     activation_bytes_per_chip,
     attention_weight_bytes,
     chip_bytes,
@@ -40,9 +40,9 @@ from .memory import (
     kv_replication,
     reserve_bytes_per_chip,
 )
-from .moe import touched_expert_share
-from .profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
-from .step_terms import (
+from fastmode.backends.moe import touched_expert_share
+from fastmode.backends.profiles import HardwareProfile, ModelProfile, ProfileError, bytes_per_param
+from fastmode.backends.step_terms import (
     ACTIVATION_BYTES,
     ATTENTION_PRECISION,
     attention_rate,

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .perf import Placement
-from .perf_serving import (
+from fastmode.backends.perf import Placement
+from fastmode.backends.perf_serving import (
     _RHO_MAX,
     SpreadModel,
     Workload,
     batch_that_fits,
     first_token_overhead_s,
 )
-from .profiles import ProfileError
+from fastmode.backends.profiles import ProfileError
 
 
 def open_loop(p: Placement, rate: float, prompt_tokens: int, output_tokens: int,

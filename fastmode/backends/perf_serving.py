@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .perf import Placement, prefill_attention_context
-from .profiles import ProfileError
+from fastmode.backends.perf import Placement, prefill_attention_context
+from fastmode.backends.profiles import ProfileError
 
 # How the users' requests fall in time (a condition of the benchmark, not of the engine):
 #   lockstep  users that start together stay together: fixed prompt and output lengths and no

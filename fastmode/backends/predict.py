@@ -12,15 +12,15 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .calibrate.engines import EngineProfile, load_engines
-from .drivers import Arrival, VirtualDriver
-from .engine import EngineSpec
-from .perf import Placement, StepTime
-from .perf_modes import disaggregated, open_loop
-from .perf_serving import serving_steady_state
-from .profiles import Catalog, ProfileError
-from .scheduler import Sequence
-from .speculative import SpeculativePlacement, mtp_draft, speculative_placement
+from fastmode.backends.calibrate.engines import EngineProfile, load_engines
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.perf import Placement, StepTime
+from fastmode.backends.perf_modes import disaggregated, open_loop
+from fastmode.backends.perf_serving import serving_steady_state
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.scheduler import Sequence
+from fastmode.backends.speculative import SpeculativePlacement, mtp_draft, speculative_placement
 
 
 class PredictError(ValueError):

@@ -7,7 +7,7 @@ prompt's prefix in 128-token steps from 1,024 tokens on; Anthropic caches the pr
 ``cache_control`` breakpoint and looks for hits at the content-block boundaries before it. A
 request carries a ``PrefixKey``: its checkpoints (token positions, ascending), the hash of the
 prompt up to each, which of them may be written, and how long a written one lives. The gateway
-builds keys from the wire request (``gateway.pipeline.caching``), the simulator from its synthetic
+builds keys from the wire request (``gateway.values.caching``), the simulator from its synthetic
 conversations; the engine only compares hashes.
 
 ``PrefixCache`` is pure (no clock: the caller passes ``now``) and bounded by memory the

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .prefix_cache import PrefixKey
+from fastmode.backends.prefix_cache import PrefixKey
 
 _INF = float("inf")
 

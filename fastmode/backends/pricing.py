@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .background import Background
-from .perf import Placement
+from fastmode.backends.background import Background
+from fastmode.backends.perf import Placement
 
 
 @dataclass(frozen=True)

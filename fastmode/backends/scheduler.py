@@ -38,14 +38,14 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from .background import Background
-from .kv_paging import KvPaging, round_up
-from .lora import LoraSlots
-from .perf import Placement, prefill_attention_context
-from .prefix_cache import PrefixCache, PrefixKey
-from .sequence import CANCELLED, DECODE, FINISHED, PREFILL, WAITING, Sequence
-from .step_memo import StepMemo
-from .stretch import stretch
+from fastmode.backends.background import Background
+from fastmode.backends.kv_paging import KvPaging, round_up
+from fastmode.backends.lora import LoraSlots
+from fastmode.backends.perf import Placement, prefill_attention_context
+from fastmode.backends.prefix_cache import PrefixCache, PrefixKey
+from fastmode.backends.sequence import CANCELLED, DECODE, FINISHED, PREFILL, WAITING, Sequence
+from fastmode.backends.step_memo import StepMemo
+from fastmode.backends.stretch import stretch
 
 
 @dataclass(frozen=True)

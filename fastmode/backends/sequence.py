@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .prefix_cache import PrefixKey
+from fastmode.backends.prefix_cache import PrefixKey
 
 WAITING, PREFILL, DECODE, FINISHED, CANCELLED = (
     "waiting",

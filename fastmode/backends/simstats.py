@@ -18,12 +18,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .engine import EngineSpec
-from .histogram import LogHistogram
-from .scheduler import Sequence
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.histogram import LogHistogram
+from fastmode.backends.scheduler import Sequence
 
 if TYPE_CHECKING:
-    from .drivers import Arrival, VirtualDriver
+    from fastmode.backends.drivers import Arrival, VirtualDriver
 
 
 class RequestTag(NamedTuple):

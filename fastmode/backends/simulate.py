@@ -23,6 +23,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from fastmode.backends.drivers import Arrival, VirtualDriver
+from fastmode.backends.engine import EngineSpec, Tier
+from fastmode.backends.fleetstats import fleet_figures
+from fastmode.backends.prefix_workload import PromptPrefixes
+from fastmode.backends.scheduler import Sequence
+from fastmode.backends.simstats import Collector, RequestTag, SimResult, tier_figures
 from fastmode.workload import (
     DIST_KINDS,
     LOGNORMAL_SIGMA,
@@ -34,13 +40,6 @@ from fastmode.workload import (
     check_arrivals,
     user_rng,
 )
-
-from .drivers import Arrival, VirtualDriver
-from .engine import EngineSpec, Tier
-from .fleetstats import fleet_figures
-from .prefix_workload import PromptPrefixes
-from .scheduler import Sequence
-from .simstats import Collector, RequestTag, SimResult, tier_figures
 
 __all__ = [
     "DIST_KINDS",

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from .perf import Placement, StepTime
-from .profiles import ModelProfile, ProfileError
+from fastmode.backends.perf import Placement, StepTime
+from fastmode.backends.profiles import ModelProfile, ProfileError
 
 
 def tokens_per_cycle(draft_tokens: int, acceptance: float) -> float:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .perf import Placement
+from fastmode.backends.perf import Placement
 
 if TYPE_CHECKING:
-    from .background import Background
+    from fastmode.backends.background import Background
 
 
 class StepMemo:

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .dequant import dequantises, w4a16_flops
-from .moe import busiest_group_experts, busiest_group_tokens, expert_rows, touched_expert_share
-from .profiles import HardwareProfile, ModelProfile, canonical_precision
+from fastmode.backends.dequant import dequantises, w4a16_flops
+from fastmode.backends.moe import (
+    busiest_group_experts,
+    busiest_group_tokens,
+    expert_rows,
+    touched_expert_share,
+)
+from fastmode.backends.profiles import HardwareProfile, ModelProfile, canonical_precision
 
 
 class Layout(Protocol):

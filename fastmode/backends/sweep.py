@@ -14,10 +14,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from fastmode.backends.engine import EngineSpec
+from fastmode.backends.simulate import Workload, simulate
 from fastmode.workload.sweep import DEFAULT_SHARES, FAST, sweep_mix
-
-from .engine import EngineSpec
-from .simulate import Workload, simulate
 
 
 def fast_share_sweep(

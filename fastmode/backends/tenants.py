@@ -34,10 +34,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .background import Background
-from .perf import Placement
-from .pricing import operating_step_seconds
-from .scheduler import Limits, Scheduler
+from fastmode.backends.background import Background
+from fastmode.backends.perf import Placement
+from fastmode.backends.pricing import operating_step_seconds
+from fastmode.backends.scheduler import Limits, Scheduler
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from hashlib import blake2b
 from typing import Any
 
-from .tokenizer import MESSAGE_OVERHEAD, REPLY_PRIMING, count_chat_prompt, count_tokens, tokenize
+from fastmode.backends.tokenizer import (
+    MESSAGE_OVERHEAD,
+    REPLY_PRIMING,
+    count_chat_prompt,
+    count_tokens,
+    tokenize,
+)
 
 RESERVED = 256  # ids below this are special tokens
 START, SEP, END, ASSISTANT = 1, 2, 3, 4  # <|start|>, <|sep|>, <|end|>, the reply's role

@@ -52,7 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from .images import part_tokens
+from fastmode.backends.images import part_tokens
 
 __all__ = [
     "MESSAGE_OVERHEAD",

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from fastmode.gateway.cassettes.config import RecordConfig, ReplayConfig
+from fastmode.gateway.cassette_config import RecordConfig, ReplayConfig
 from fastmode.gateway.config import Config, RemoteConfig
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fastmode.cli._common import PIPE_WIDTH
 from fastmode.clients.bench_run import (
     DEFAULT_REQUESTS,
     BenchPlan,
@@ -32,8 +33,6 @@ from fastmode.clients.simcompare import SimError
 from fastmode.clients.stats import Price, parse_price_table
 from fastmode.clients.trace_reader import TraceError, read_trace
 from fastmode.clients.workload import DIST_KINDS, LengthDist, WorkloadError, parse_routes
-
-from ._common import PIPE_WIDTH
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 

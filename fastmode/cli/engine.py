@@ -16,10 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fastmode.cli import _vllm_features
 from fastmode.gateway.config import Config, ConfigError, load_config
 from fastmode.gateway.engine_config import engine_config
-
-from . import _vllm_features
 
 # vLLM flag -> deployment field it sets
 _DEPLOYMENT_FLAGS = {
@@ -133,7 +132,7 @@ def ignored_warning(ignored: list[str]) -> str | None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
 
     warning = ignored_warning(getattr(args, "ignored", None) or [])
     if warning:

@@ -13,8 +13,7 @@ from fastmode.backends.predict import (
 )
 from fastmode.backends.profiles import Catalog
 from fastmode.backends.reasoning import EFFORTS
-
-from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
+from fastmode.cli._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
 
 
 def register(subparsers: Any) -> None:

@@ -15,9 +15,8 @@ import sys
 
 from pydantic import ValidationError
 
+from fastmode.cli import _cassettes, _faults
 from fastmode.gateway.config import Config, ConfigError, ServerConfig, StateConfig, load_config
-
-from . import _cassettes, _faults
 
 
 class UsageError(Exception):
@@ -161,7 +160,7 @@ def bind(host: str, port: int, send_buffer: int = 0) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.workers.server import serve
 
     config = configure(args)
@@ -196,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_workers(args: argparse.Namespace, config: Config) -> int:
     """``--workers N``: N processes on one port, each replica in exactly one of them."""
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.workers import Supervisor, WorkersError
     from fastmode.gateway.workers import describe as describe_workers
 

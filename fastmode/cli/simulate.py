@@ -14,11 +14,10 @@ from typing import Any
 from fastmode.backends.engine import EngineSpec
 from fastmode.backends.reasoning import EFFORTS
 from fastmode.backends.simulate import Workload, simulate
+from fastmode.cli._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
+from fastmode.cli.sweep import add_arguments as add_sweep_arguments
+from fastmode.cli.sweep import print_fleet, run_sweep
 from fastmode.workload import ARRIVAL_KINDS, DIST_KINDS, LengthDist, WorkloadError, parse_mix
-
-from ._common import UsageError, console, fmt_n, fmt_s, load_engine, print_json, table
-from .sweep import add_arguments as add_sweep_arguments
-from .sweep import print_fleet, run_sweep
 
 DEFAULT_MIX = {"standard": 0.7, "fast": 0.2, "spark": 0.1}
 

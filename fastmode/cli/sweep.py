@@ -15,10 +15,9 @@ from typing import Any
 from fastmode.backends.engine import EngineSpec
 from fastmode.backends.simulate import Workload
 from fastmode.backends.sweep import fast_share_sweep
+from fastmode.cli._common import UsageError, console, fmt_n, fmt_s, print_json, table
 from fastmode.workload import WorkloadError
 from fastmode.workload.sweep import DEFAULT_SHARES, parse_shares, sweep_row
-
-from ._common import UsageError, console, fmt_n, fmt_s, print_json, table
 
 SCENARIOS = ("fast-share",)
 SWEEP_RATE = 20.0  # req/s when the flags give no load: near the default fleet's capacity

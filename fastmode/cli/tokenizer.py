@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmode.backends import hf_tokenizer
-
-from ._common import UsageError
+from fastmode.cli._common import UsageError
 
 
 def register(subparsers: Any) -> None:

@@ -16,11 +16,10 @@ import argparse
 import json
 from typing import Any
 
+from fastmode.cli._common import UsageError, clean, console, table
 from fastmode.clients.verify import truth as truths
 from fastmode.clients.verify.compare import NothingCompared, Verdict, compare
 from fastmode.clients.verify.tools import TOOLS, Unreadable, read
-
-from ._common import UsageError, clean, console, table
 
 
 def register(subparsers: Any) -> None:

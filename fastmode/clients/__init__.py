@@ -20,9 +20,18 @@ Modules, by job:
 The ``fastmode chat`` and ``fastmode bench`` command lines are in ``fastmode/cli/``.
 """
 
-from .client import TIERS, Client, Stream, tier_url
-from .event_parsers import ChatParser, ResponsesParser
-from .events import Done, Error, Event, Summary, TextDelta, ToolCall, ToolCallDelta, Usage
+from fastmode.clients.client import TIERS, Client, Stream, tier_url
+from fastmode.clients.event_parsers import ChatParser, ResponsesParser
+from fastmode.clients.events import (
+    Done,
+    Error,
+    Event,
+    Summary,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 
 __all__ = [
     "TIERS",

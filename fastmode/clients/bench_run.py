@@ -17,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .load_config import LoadConfig, LoadError
-from .records import RunResult
-from .report import SCHEMA_VERSION, document, json_safe
-from .scenarios import run_fast_share
-from .stats import Price, summarise
-from .worker_processes import execute
-from .workload import FlagWorkload, LengthDist, RequestSpec, Route, WorkloadError, parse_mix
+from fastmode.clients.load_config import LoadConfig, LoadError
+from fastmode.clients.records import RunResult
+from fastmode.clients.report import SCHEMA_VERSION, document, json_safe
+from fastmode.clients.scenarios import run_fast_share
+from fastmode.clients.stats import Price, summarise
+from fastmode.clients.worker_processes import execute
+from fastmode.clients.workload import (
+    FlagWorkload,
+    LengthDist,
+    RequestSpec,
+    Route,
+    WorkloadError,
+    parse_mix,
+)
 
 DEFAULT_REQUESTS = 100
 
@@ -125,7 +132,7 @@ class BenchOutcome:
     comparison: SimComparison | None = None
 
     def write_plots(self, directory: str | Path) -> list[Path]:
-        from .plots import write_plots
+        from fastmode.clients.plots import write_plots
 
         return write_plots(self.run.results, directory, self.title)
 
@@ -138,7 +145,7 @@ class SweepOutcome:
     points: list[dict[str, Any]] = field(default_factory=list)
 
     def write_plot(self, directory: str | Path) -> Path:
-        from .plots import plot_fast_share
+        from fastmode.clients.plots import plot_fast_share
 
         return plot_fast_share(self.rows, f"{directory}/fast_share.png",
                                f"Fast-share sweep at {self.title}")
@@ -146,7 +153,7 @@ class SweepOutcome:
 
 def compare_with_simulator(plan: BenchPlan, summary: dict[str, Any]) -> SimComparison:
     """Run ``fastmode simulate`` on the plan's workload and line its figures up with ours."""
-    from .simcompare import compare, run_simulate, simulate_args
+    from fastmode.clients.simcompare import compare, run_simulate, simulate_args
 
     assert plan.workload is not None
     cfg = plan.load

@@ -32,8 +32,8 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .event_parsers import ChatParser, ResponsesParser, http_error_event
-from .events import Error, Event, Summary
+from fastmode.clients.event_parsers import ChatParser, ResponsesParser, http_error_event
+from fastmode.clients.events import Error, Event, Summary
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # fastmode's tiers as (path prefix, model): where `--tier` sends a request

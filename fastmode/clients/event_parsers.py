@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from .events import Done, Error, Event, TextDelta, ToolCallDelta, Usage
+from fastmode.clients.events import Done, Error, Event, TextDelta, ToolCallDelta, Usage
 
 TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 

@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import orjson
 
-from .load_config import LoadConfig
-from .records import Live, RequestResult, ToolCallRecord
-from .sse_scanner import StreamParser
-from .workload import RequestSpec, Route
+from fastmode.clients.load_config import LoadConfig
+from fastmode.clients.records import Live, RequestResult, ToolCallRecord
+from fastmode.clients.sse_scanner import StreamParser
+from fastmode.clients.workload import RequestSpec, Route
 
 POOL_SIZE = 8  # closed loop: users per pooled client
 MAX_POOLS = 128

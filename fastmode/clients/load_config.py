@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastmode.clients.workload import Route
 from fastmode.workload import ARRIVAL_KINDS
-
-from .workload import Route
 
 TRANSPORTS = ("http", "http-fresh", "ws")
 ARRIVALS = ARRIVAL_KINDS  # the shared definition: the simulator draws the same processes

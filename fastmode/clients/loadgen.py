@@ -24,14 +24,13 @@ from typing import Any, Protocol
 
 import httpx
 
+from fastmode.clients.http_transport import HttpTransport
+from fastmode.clients.load_config import LoadConfig, LoadError
+from fastmode.clients.progress import Progress
+from fastmode.clients.records import Live, RequestResult, RunResult
+from fastmode.clients.workload import RequestSpec, Sampler
+from fastmode.clients.ws_transport import WsTransport
 from fastmode.workload import open_loop_times
-
-from .http_transport import HttpTransport
-from .load_config import LoadConfig, LoadError
-from .progress import Progress
-from .records import Live, RequestResult, RunResult
-from .workload import RequestSpec, Sampler
-from .ws_transport import WsTransport
 
 
 class Transport(Protocol):

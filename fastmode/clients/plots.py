@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .records import RequestResult
-from .stats import chunk_itls, request_user_tps, tier_order
+from fastmode.clients.records import RequestResult
+from fastmode.clients.stats import chunk_itls, request_user_tps, tier_order
 
 TIER_COLOURS = {"standard": "#1f77b4", "fast": "#d62728", "spark": "#2ca02c"}
 _EXTRA = ("#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")

@@ -6,8 +6,8 @@ import asyncio
 from collections import deque
 from time import perf_counter
 
-from .load_config import LoadConfig
-from .records import Live
+from fastmode.clients.load_config import LoadConfig
+from fastmode.clients.records import Live
 
 REFRESH_S = 0.25
 RATE_WINDOW_S = 2.0

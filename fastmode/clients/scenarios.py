@@ -24,13 +24,12 @@ from typing import Any
 import httpx
 from rich.table import Table
 
+from fastmode.clients.load_config import LoadConfig, LoadError
+from fastmode.clients.report import fmt_ms, fmt_num, fmt_usd
+from fastmode.clients.stats import Price, summarise
+from fastmode.clients.worker_processes import execute
+from fastmode.clients.workload import FlagWorkload
 from fastmode.workload.sweep import DEFAULT_SHARES, parse_shares, sweep_mix, sweep_row
-
-from .load_config import LoadConfig, LoadError
-from .report import fmt_ms, fmt_num, fmt_usd
-from .stats import Price, summarise
-from .worker_processes import execute
-from .workload import FlagWorkload
 
 SCENARIOS = ("fast-share",)
 SWEEP_RATE = 10.0  # req/s when the flags give no load

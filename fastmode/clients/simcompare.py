@@ -12,7 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
-from .workload import FlagWorkload
+from fastmode.clients.workload import FlagWorkload
 
 SIM_TIMEOUT_S = 900.0
 

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .records import RequestResult
-from .schema_check import check_tool_call, tool_schema
+from fastmode.clients.records import RequestResult
+from fastmode.clients.schema_check import check_tool_call, tool_schema
 
 PCTS = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 KNOWN_TIERS = ("standard", "fast", "spark")

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from .workload import TOOL_MIN_MAX_TOKENS, PromptBuilder, RequestSpec
+from fastmode.clients.workload import TOOL_MIN_MAX_TOKENS, PromptBuilder, RequestSpec
 
 KNOWN_FIELDS = frozenset(
     {"offset", "arrival", "messages", "prompt_tokens", "max_tokens", "tier", "tools",

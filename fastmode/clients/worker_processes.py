@@ -27,12 +27,12 @@ import signal
 from collections.abc import Sequence
 from typing import Any
 
-from .load_config import LoadConfig, LoadError
-from .loadgen import LoadGenerator, new_event_loop_factory, run_sync
-from .progress import Progress
-from .records import LIVE_FIELDS as FIELDS
-from .records import Live, RunResult
-from .workload import FlagWorkload, RequestSpec, Sampler
+from fastmode.clients.load_config import LoadConfig, LoadError
+from fastmode.clients.loadgen import LoadGenerator, new_event_loop_factory, run_sync
+from fastmode.clients.progress import Progress
+from fastmode.clients.records import LIVE_FIELDS as FIELDS
+from fastmode.clients.records import Live, RunResult
+from fastmode.clients.workload import FlagWorkload, RequestSpec, Sampler
 
 STARTUP_TIMEOUT_S = 60.0
 PUBLISH_S = 0.2  # how often a worker publishes its live counters

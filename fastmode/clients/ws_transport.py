@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
-from .client import Client
-from .events import Done, Error, TextDelta, ToolCallDelta, Usage
-from .http_transport import preflight
-from .load_config import LoadConfig
-from .records import Live, RequestResult, ToolCallRecord
-from .workload import RequestSpec, Route
+from fastmode.clients.client import Client
+from fastmode.clients.events import Done, Error, TextDelta, ToolCallDelta, Usage
+from fastmode.clients.http_transport import preflight
+from fastmode.clients.load_config import LoadConfig
+from fastmode.clients.records import Live, RequestResult, ToolCallRecord
+from fastmode.clients.workload import RequestSpec, Route
 
 
 class WsPool:

@@ -18,10 +18,9 @@ from typing import Literal
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fastmode.backends.config import PriceConfig, SimConfig, Strict
-
-from .cassettes.config import RecordConfig, ReplayConfig
-from .overlay import overlay
-from .pipeline.fault_kinds import Kind
+from fastmode.gateway.cassette_config import RecordConfig, ReplayConfig
+from fastmode.gateway.fault_kinds import Kind
+from fastmode.gateway.overlay import overlay
 
 # the wire parameters whose echoed word a route may set (gateway.protocols.vocabulary): OpenAI's
 # service_tier and Anthropic's speed
@@ -126,7 +125,7 @@ class StateConfig(Strict):
 class FaultRule(Strict):
     """One configured fault: injected with probability ``p`` into matching requests."""
 
-    kind: Kind  # gateway.faults.spec: the one list of kinds
+    kind: Kind  # gateway.values.fault_spec: the one list of kinds
     p: float = Field(1.0, ge=0, le=1)
     after: int = Field(0, ge=0)  # output tokens before a mid-stream fault
     s: float | None = Field(None, ge=0, le=3600)  # stall / timeout seconds
@@ -159,12 +158,12 @@ class AdminConfig(Strict):
 
 
 class RouteConfig(Strict):
-    """``[routes.MODEL]``: which tier serves each role (``gateway.pipeline.roles``) for this model id.
+    """``[routes.MODEL]``: which tier serves each role (``gateway.values.roles``) for this model id.
     ``standard`` is required; ``fast`` (absent: fast requests are served standard), ``flex``
     (absent: a 400) and any other role a protocol's vocabulary names (e.g. ``ultrafast =
     "my-tier"``) are optional. Tier names are the config's own: nothing on the wire shows them.
 
-    A model id may also carry its *price era* and its words (``gateway.pipeline.price_eras``): its own
+    A model id may also carry its *price era* and its words (``gateway.values.price_eras``): its own
     list ``prices`` and a ``price_factor`` per role (Claude Opus 4.6's fast mode at 6x, Opus 5's
     at 2x, on the same tiers), the word each role is echoed as where the model differs from its
     protocol (``echo``: OpenAI's newer models echo ``fast``, older ones ``priority``), and, as

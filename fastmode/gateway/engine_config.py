@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastmode.backends.engine import build
-
-from .config import Config, ConfigError
+from fastmode.gateway.config import Config, ConfigError
 
 
 def engine_config(config: Config, deployment: str, replicas: int | None = None,

@@ -6,11 +6,11 @@ bench's ``--compare-sim`` relies on the two drawing the same requests in the sam
 one seed, and that only holds for certain if there is one definition to draw from.
 """
 
-from .arrivals import ARRIVAL_KINDS, check_arrivals, open_loop_times, user_rng
-from .errors import WorkloadError
-from .lengths import DIST_KINDS, LOGNORMAL_SIGMA, DistKind, LengthDist
-from .mix import TierPicker, normalise_mix, parse_mix
-from .sampler import RequestShape, ShapeSampler
+from fastmode.workload.arrivals import ARRIVAL_KINDS, check_arrivals, open_loop_times, user_rng
+from fastmode.workload.errors import WorkloadError
+from fastmode.workload.lengths import DIST_KINDS, LOGNORMAL_SIGMA, DistKind, LengthDist
+from fastmode.workload.mix import TierPicker, normalise_mix, parse_mix
+from fastmode.workload.sampler import RequestShape, ShapeSampler
 
 __all__ = [
     "ARRIVAL_KINDS",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from .errors import WorkloadError
+from fastmode.workload.errors import WorkloadError
 
 ARRIVAL_KINDS: tuple[str, ...] = ("poisson", "constant")
 

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
-from .errors import WorkloadError
+from fastmode.workload.errors import WorkloadError
 
 DistKind = Literal["fixed", "uniform", "lognormal"]
 DIST_KINDS: tuple[str, ...] = ("fixed", "uniform", "lognormal")

@@ -11,7 +11,7 @@ import math
 import random
 from collections.abc import Collection, Mapping
 
-from .errors import WorkloadError
+from fastmode.workload.errors import WorkloadError
 
 
 def parse_mix(

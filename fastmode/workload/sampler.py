@@ -14,9 +14,9 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from .arrivals import open_loop_times
-from .lengths import LengthDist
-from .mix import TierPicker
+from fastmode.workload.arrivals import open_loop_times
+from fastmode.workload.lengths import LengthDist
+from fastmode.workload.mix import TierPicker
 
 
 @dataclass(frozen=True, slots=True)

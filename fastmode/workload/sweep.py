@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import WorkloadError
+from fastmode.workload.errors import WorkloadError
 
 DEFAULT_SHARES = (0.0, 0.10, 0.25, 0.50)
 FAST = "fast"

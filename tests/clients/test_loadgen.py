@@ -155,8 +155,12 @@ async def test_open_loop_constant_rate_and_duration(scripted):
     cfg = LoadConfig(url, ROUTES, rate=50, arrivals="constant", duration=0.5, progress=False)
     rr = await LoadGenerator(cfg, specs({"ok": 1})).run()
     assert 24 <= len(rr.results) <= 26  # t = 0, 0.02, ..., 0.5
-    lags = [r.start - r.scheduled for r in rr.results]
-    assert min(lags) >= 0 and max(lags) < 0.25  # generous: CI machines are noisy
+    assert [round(r.scheduled, 6) for r in rr.results] == [
+        round(i / 50, 6) for i in range(len(rr.results))]  # constant arrivals at 50/s
+    lags = sorted(r.start - r.scheduled for r in rr.results)
+    # never early; on time but for the host's stalls (the median: one stall of a busy machine
+    # delays the requests due during it, not the run)
+    assert lags[0] >= 0 and lags[len(lags) // 2] < 0.05
     assert rr.send_end == pytest.approx(0.5, abs=0.1)
 
 

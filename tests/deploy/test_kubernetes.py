@@ -20,8 +20,8 @@ import yaml
 
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 
 ROOT = Path(__file__).resolve().parents[2]

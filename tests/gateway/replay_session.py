@@ -22,8 +22,8 @@ from test_remote import serve
 from websockets.asyncio.client import connect
 
 from fastmode.backends.engine import build
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 
 USER = [{"role": "user", "content": "Tell me about the sea in two sentences."}]

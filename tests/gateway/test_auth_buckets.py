@@ -11,8 +11,8 @@ import pytest
 
 from fastmode.gateway.config import ApiKey, AuthConfig, TierLimit
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.pipeline.auth import Authenticator
 from fastmode.gateway.state import SQLiteState
+from fastmode.gateway.values.auth import Authenticator
 
 
 class Clock:

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from fastmode.backends.batch_pool import BatchPool
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
 
 KEYS = '[auth]\nenabled = true\n[[auth.keys]]\nkey = "ka"\n[[auth.keys]]\nkey = "kb"\n'
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01"}
 

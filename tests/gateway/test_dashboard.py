@@ -22,9 +22,9 @@ import pytest
 from conftest import free_port, start_server, stop_server
 from openai import OpenAI
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
 from fastmode.gateway.dashboard import feed
-from fastmode.gateway.edge.app import create_app
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

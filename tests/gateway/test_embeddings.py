@@ -16,8 +16,8 @@ import pytest
 
 from fastmode.backends.embeddings import EmbeddingPool, cosine, embed, shortened
 from fastmode.backends.tokenizer import count_tokens
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.endpoints import embeddings as embeddings_module
 
 SIMILAR = ["The cat sat on the mat.", "A cat was sitting on the mat."]

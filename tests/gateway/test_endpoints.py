@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 

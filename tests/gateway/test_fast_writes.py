@@ -101,8 +101,8 @@ def test_headers_read_once_answer_as_starlette_does() -> None:
                                                ("trace", True)])
 def test_access_lines_are_made_only_at_a_level_that_prints_them(monkeypatch, level: str,
                                                                  logged: bool) -> None:
+    from fastmode.gateway.app import create_app
     from fastmode.gateway.config import load_config
-    from fastmode.gateway.edge.app import create_app
     from fastmode.gateway.edge.shutdown import GatewayServer
     from fastmode.gateway.workers.server import serve
 

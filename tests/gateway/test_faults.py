@@ -17,8 +17,8 @@ import pytest
 import websockets
 from test_openai_sdk import USER, metric
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 
 ADMIN_KEY = "admin-secret"
 FAULTS = f"""

@@ -22,8 +22,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from fastmode.gateway import protocols
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.observe.host_lag import WARN_EVERY_S, HostLag
 from fastmode.gateway.pipeline.turn import Turn
 from fastmode.gateway.protocols.base import RequestContext

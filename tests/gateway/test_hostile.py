@@ -22,8 +22,8 @@ from test_openai_sdk import USER
 from fastmode.backends.mockmodel import CUE_CHARS, cue_text
 from fastmode.backends.tokenizer import CHUNK_TOKENS
 from fastmode.gateway import protocols
-from fastmode.gateway.edge import offload
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
+from fastmode.gateway.http import offload
 
 
 @pytest.fixture
@@ -228,7 +228,7 @@ json_docs = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(json_docs, st.integers(1, 4))
 def test_values_are_counted_outside_strings(doc: Any, chunk: int) -> None:
-    from fastmode.gateway.edge import limits
+    from fastmode.gateway.http import limits
 
     raw = orjson.dumps(doc)
     exact = _marks(doc)

@@ -20,8 +20,8 @@ import zmq.asyncio
 
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import ConfigError, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 from fastmode.gateway.observe.kv_events import offset_endpoint
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.pipeline import turn as turn_module
 
 CHAT = {"model": "frontier", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}

@@ -21,8 +21,8 @@ import pytest
 from conftest import quick_config_text
 from test_openai_sdk import USER
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.state import SQLiteState, StoredResponse, UsageRow
 from fastmode.gateway.stored.ownership import key_id
 

@@ -13,8 +13,8 @@ import pytest
 from starlette.testclient import TestClient
 from test_openai_sdk import USER
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text
-from fastmode.gateway.edge.app import create_app
 
 LIMITS = """
 [limits]

@@ -15,7 +15,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.testclient import TestClient
 from test_stream_interval import BODIES, N_TOKENS, PROMPT, REPLY, config, deltas_and_usage, sse_data
 
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 
 
 @pytest.mark.parametrize("compress_sse", [True, False])

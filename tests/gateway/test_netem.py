@@ -7,7 +7,7 @@ import pytest
 from fastmode.backends.drivers import Arrival, VirtualDriver
 from fastmode.backends.engine import build
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.netem import (
+from fastmode.gateway.http.netem import (
     KEEPALIVE_IDLE_S,
     ConnectionTracker,
     NetemMiddleware,

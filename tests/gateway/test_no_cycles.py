@@ -25,8 +25,8 @@ import openai
 import pytest
 from test_remote import aclient, serve, topo  # noqa: F401 - topo: a fixture
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text
-from fastmode.gateway.edge.app import create_app
 
 OURS = ("fastmode.gateway.", "fastmode.backends.")
 

@@ -23,13 +23,13 @@ from fastmode.backends.engine import build
 from fastmode.backends.free_slot import free_slot_in
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.scheduler import Scheduler
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.engines.overflow import QueueModel
 from fastmode.gateway.errors import APIError
-from fastmode.gateway.pipeline.overflow import QueueModel
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.pipeline.turn import Turn
 from fastmode.gateway.protocols import CHAT, RequestContext
+from fastmode.gateway.values.request import TurnRequest
 
 SMALL_QUEUE = """
 [deployments.std]

@@ -24,9 +24,9 @@ from test_remote import serve
 from fastmode.backends.engine import build
 from fastmode.backends.predict import predict_tier
 from fastmode.backends.pricing import Prices
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, load_config
-from fastmode.gateway.edge.app import create_app
-from fastmode.gateway.pipeline.caching import CACHE_WRITE_FACTOR
+from fastmode.gateway.values.caching import CACHE_WRITE_FACTOR
 
 USER = [{"role": "user", "content": "What changed?"}]
 BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

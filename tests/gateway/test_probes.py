@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 
 AUTH_ON = default_config_text().replace(
     "enabled = false", 'enabled = true\n[[auth.keys]]\nkey = "sk-probe"\n', 1)

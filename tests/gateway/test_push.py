@@ -22,7 +22,7 @@ import pytest
 from test_stream_interval import BODIES, N_TOKENS, REPLY, config, sse_data
 
 from fastmode.gateway import protocols
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.pipeline.push import SENT, WriteFailed, finish_send, start_send
 from fastmode.gateway.pipeline.turn import Turn

@@ -25,7 +25,7 @@ import pytest
 from test_push import busy, started
 from test_stream_interval import config
 
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 
 
 @pytest.fixture

@@ -28,8 +28,8 @@ from test_ws import connect, turn
 
 from fastmode.backends.mockmodel import REASONING
 from fastmode.backends.tokenizer import tokenize
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 from fastmode.gateway.remote.translate import ChunkReader, LiveReply, reply_from_completion
 

@@ -14,10 +14,12 @@ import pytest
 from conftest import quick_config_text
 from starlette.testclient import TestClient
 from test_turn import app_client, config_from  # noqa: F401 - the fixture
+from virtual_app import app_client as virtual_client
+from virtual_app import run_app_virtual
 
 from fastmode.backends.engine import build
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 
 THINK = [{"role": "user", "content": "Explain the trade-offs of continuous batching"}]
 
@@ -72,31 +74,36 @@ def visible_ttft(time_info: dict) -> float:
 
 @pytest.mark.parametrize("path,model", [("/v1", "frontier"), ("/fast/v1", "frontier"),
                                         ("/v1", "frontier-spark")])
-async def test_reasoning_raises_visible_ttft_by_the_modeled_reasoning_time(
-        app_client, tmp_path, path, model) -> None:  # noqa: F811
-    _, client = await app_client(config_from(FIXED, tmp_path))
-    bodies = {}
-    for effort in ("none", "low"):
-        r = await client.post(path + "/chat/completions", json={
-            "model": model, "messages": THINK, "seed": 3, "max_completion_tokens": 100,
-            "reasoning_effort": effort})
-        assert r.status_code == 200, r.text
-        bodies[effort] = r.json()
-    plain, thought = bodies["none"], bodies["low"]
-    details = thought["usage"]["completion_tokens_details"]
-    assert details["reasoning_tokens"] == 40
-    assert plain["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
-    # the same visible reply, capped by what the reasoning left of max_completion_tokens
-    assert plain["choices"][0]["message"]["content"].startswith(
-        thought["choices"][0]["message"]["content"])
-    assert thought["usage"]["completion_tokens"] == 100
-    ti, ti0 = thought["time_info"], plain["time_info"]
-    assert ti0["reasoning_time"] == 0
-    per_token = ((ti0["completion_time"] - ti0["completion_host_lag_time"])
-                 / (plain["usage"]["completion_tokens"] - 1))  # the model's pace
-    assert ti["reasoning_time"] == pytest.approx(40 * per_token, rel=0.35)
-    assert visible_ttft(ti) - visible_ttft(ti0) == pytest.approx(ti["reasoning_time"],
-                                                                 rel=0.35, abs=0.02)
+def test_reasoning_raises_visible_ttft_by_the_modeled_reasoning_time(
+        tmp_path, path, model) -> None:
+    """On the virtual clock, where every modeled time is exact (no host lag)."""
+    config = config_from(FIXED, tmp_path)
+
+    async def main(loop) -> None:
+        bodies = {}
+        async with virtual_client(config) as client:
+            for effort in ("none", "low"):
+                r = await client.post(path + "/chat/completions", json={
+                    "model": model, "messages": THINK, "seed": 3, "max_completion_tokens": 100,
+                    "reasoning_effort": effort})
+                assert r.status_code == 200, r.text
+                bodies[effort] = r.json()
+        plain, thought = bodies["none"], bodies["low"]
+        details = thought["usage"]["completion_tokens_details"]
+        assert details["reasoning_tokens"] == 40
+        assert plain["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+        # the same visible reply, capped by what the reasoning left of max_completion_tokens
+        assert plain["choices"][0]["message"]["content"].startswith(
+            thought["choices"][0]["message"]["content"])
+        assert thought["usage"]["completion_tokens"] == 100
+        ti, ti0 = thought["time_info"], plain["time_info"]
+        assert ti0["reasoning_time"] == 0 and ti["host_lag_time"] == 0
+        per_token = ti0["completion_time"] / (plain["usage"]["completion_tokens"] - 1)
+        assert ti["reasoning_time"] == pytest.approx(40 * per_token, rel=0.02)
+        assert visible_ttft(ti) - visible_ttft(ti0) == pytest.approx(ti["reasoning_time"],
+                                                                     rel=0.02)
+
+    run_app_virtual(main)
 
 
 async def test_a_model_that_does_not_reason_refuses_effort(

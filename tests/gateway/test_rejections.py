@@ -18,7 +18,7 @@ import pytest
 import websockets
 from conftest import launch, quick_config_text, stop_server
 
-from fastmode.gateway.cassettes.format import Redactor
+from fastmode.gateway.observe.exchange_format import Redactor
 from fastmode.gateway.observe.trace_bodies import BodyBounds, capture
 
 KEY = "sk-rejected-a-4c2e9b7d1f3a58604c2e9b7d1f3a5860"

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, ConfigError, default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 from fastmode.gateway.remote import ChunkReader, LiveReply, UpstreamPool, upstream_error
 

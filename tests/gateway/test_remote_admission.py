@@ -13,8 +13,8 @@ import pytest
 from conftest import bound_socket
 from test_remote import Fake, serve
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text
-from fastmode.gateway.edge.app import create_app
 
 USER = [{"role": "user", "content": "hello"}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

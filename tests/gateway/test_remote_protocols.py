@@ -15,8 +15,8 @@ import pytest
 from test_remote import aclient, gw_metric, topo  # noqa: F401
 
 from fastmode.backends.tokenizer import count_chat_prompt
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.remote import upstream_payload
+from fastmode.gateway.values.request import TurnRequest
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

@@ -25,7 +25,7 @@ from replay_session import (
 
 from fastmode.backends.pricing import operating_step_seconds
 from fastmode.gateway.cassettes.check import check
-from fastmode.gateway.cassettes.format import read
+from fastmode.gateway.observe.exchange_format import read
 
 
 @pytest.fixture

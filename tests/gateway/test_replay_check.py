@@ -1,4 +1,4 @@
-"""Cassettes as files (fastmode/gateway/cassettes/format.py, streams.py, check.py): ``fastmode
+"""Cassettes as files (fastmode/gateway/observe/exchange_format.py, streams.py, check.py): ``fastmode
 replay-check`` finds what is wrong with each line, a directory with a bad line is refused at
 start, a hand-edited cassette replays what it says, and the replay stream hands events out at
 their recorded times on a virtual clock."""
@@ -12,9 +12,9 @@ import pytest
 from replay_session import CHAT_STREAM, post, recording_locally, replaying, sse_data, steady
 
 from fastmode.cli import main
+from fastmode.gateway.app import create_app
 from fastmode.gateway.cassettes.library import CassetteError
 from fastmode.gateway.cassettes.replay_stream import ReplayStream
-from fastmode.gateway.edge.app import create_app
 
 
 def test_the_replay_stream_hands_each_event_out_at_its_time_on_a_virtual_clock() -> None:

@@ -21,8 +21,8 @@ from replay_session import (
 )
 
 from fastmode.cli import main
+from fastmode.gateway.app import create_app
 from fastmode.gateway.cassettes.library import CassetteError
-from fastmode.gateway.edge.app import create_app
 
 THINK = [{"role": "user", "content": "Think it through: why is the sea salty?"}]
 WEATHER_RESPONSES = {"type": "function", **WEATHER_CHAT["function"]}

@@ -20,8 +20,8 @@ from replay_session import (
     websocket,
 )
 
-from fastmode.gateway.cassettes.config import RecordConfig
-from fastmode.gateway.cassettes.format import read
+from fastmode.gateway.cassette_config import RecordConfig
+from fastmode.gateway.observe.exchange_format import read
 
 CHAT = {"model": "frontier", "messages": USER, "max_tokens": 12}
 MESSAGES = {"model": "frontier", "max_tokens": 12, "messages": USER}
@@ -164,7 +164,7 @@ async def test_an_upstream_failure_mid_stream_replays_as_recorded(tmp_path) -> N
     from replay_session import config
     from test_remote import Fake, serve
 
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
 
     fake = Fake()
     fake.mode = "die"

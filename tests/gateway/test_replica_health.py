@@ -1,4 +1,4 @@
-"""A replica that fails, as a client and an operator see it (``gateway.observe.replica_health``).
+"""A replica that fails, as a client and an operator see it (``gateway.edge.replica_health``).
 
 An exception is injected into the step of the spark replica serving a request. What must
 hold: the request gets a clear answer in its protocol's own format (Chat's error event mid-
@@ -19,7 +19,7 @@ import orjson
 import pytest
 from test_stream_interval import BODIES, config, sse_data
 
-from fastmode.gateway.edge.app import create_app
+from fastmode.gateway.app import create_app
 
 USER = [{"role": "user", "content": "Explain continuous batching."}]  # prose, no script
 CHAT = {**BODIES["/v1/chat/completions"], "messages": USER, "max_tokens": 400,

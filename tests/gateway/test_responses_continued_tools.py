@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 from conftest import quick_config_text
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config
-from fastmode.gateway.edge.app import create_app
 
 CODEX = json.loads((Path(__file__).parent.parent / "data" / "codex_responses_request.json")
                    .read_text())

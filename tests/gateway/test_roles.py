@@ -21,10 +21,10 @@ import websockets
 from conftest import quick_config_text
 
 from fastmode.backends.mockmodel import GenerationRequest
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
-from fastmode.gateway.pipeline.request import TurnRequest
 from fastmode.gateway.protocols.vocabulary import ANTHROPIC_SPEEDS, OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.request import TurnRequest
 
 USER = [{"role": "user", "content": "Name three rivers of France."}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

@@ -17,8 +17,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from fastmode.gateway import protocols
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.pipeline.turn import Turn
 from fastmode.gateway.protocols.base import RequestContext
 

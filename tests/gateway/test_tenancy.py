@@ -29,7 +29,7 @@ from configs import with_keys
 from conftest import launch, quick_config_text, stop_server
 from test_redis_state import REDIS, redis_server
 
-from fastmode.gateway.stored.ids import new_id
+from fastmode.gateway.values.ids import new_id
 
 KEY_A = "sk-tenant-a-7f3c9e1d5b2a46807f3c9e1d5b2a4680"
 KEY_B = "sk-tenant-b-0c8e6a4f2d1b39570c8e6a4f2d1b3957"

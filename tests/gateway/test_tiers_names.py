@@ -13,9 +13,9 @@ import pytest
 
 from fastmode.backends.engine import build
 from fastmode.backends.mockmodel import GenerationRequest
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, load_config
-from fastmode.gateway.edge.app import create_app
-from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.values.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 FAST_BETA = {"anthropic-beta": "fast-mode-2026-02-01"}

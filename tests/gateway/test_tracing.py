@@ -19,8 +19,8 @@ import pytest
 from conftest import quick_config_text
 from starlette.testclient import TestClient
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
 
 KEY_A = "sk-trace-a-6b1e0c7d9f2a48536b1e0c7d9f2a4853"
 KEY_B = "sk-trace-b-2d9f4a7c1e3b56082d9f4a7c1e3b5608"

@@ -15,9 +15,9 @@ from test_openai_sdk import small
 
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.gateway import protocols
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, load_config
-from fastmode.gateway.edge.app import create_app
-from fastmode.gateway.pipeline.request import TurnRequest
+from fastmode.gateway.values.request import TurnRequest
 
 USER = [{"role": "user", "content": "What is the weather in Lyon?"}]
 

@@ -24,8 +24,8 @@ from conftest import quick_config_text
 from test_remote import Fake, serve
 
 from fastmode.backends.pricing import Prices
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config
-from fastmode.gateway.edge.app import create_app
 
 USER = [{"role": "user", "content": "Name three rivers of France."}]
 BETA = {"anthropic-beta": "fast-mode-2026-02-01", "anthropic-version": "2023-06-01"}

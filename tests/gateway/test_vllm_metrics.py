@@ -14,8 +14,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 
 USER = [{"role": "user", "content": "Explain continuous batching."}]
@@ -97,7 +97,7 @@ async def test_values_add_up_to_the_requests(engine) -> None:
 
 async def test_running_gauge_counts_an_admitted_request(engine) -> None:
     from fastmode.backends.mockmodel import GenerationRequest
-    from fastmode.gateway.pipeline.request import TurnRequest
+    from fastmode.gateway.values.request import TurnRequest
 
     before = value(await scrape(engine), "vllm:num_requests_running")
     gateway = engine._transport.app.state.gateway  # type: ignore[attr-defined]

@@ -13,8 +13,8 @@ from fastmode.backends.sleep import wake_seconds
 from fastmode.backends.tokenizer import count_chat_prompt, count_tokens
 from fastmode.cli import build_parser
 from fastmode.cli.engine import apply_flags, ignored_warning
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import ConfigError, load_config
-from fastmode.gateway.edge.app import create_app
 from fastmode.gateway.engine_config import engine_config
 
 TEXT = "Continuous batching keeps the GPU busy: 42 sequences share one step."

@@ -11,8 +11,8 @@ from configs import with_keys  # noqa: I001 - tests/gateway
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
-from fastmode.gateway.edge.app import create_app
 
 
 def app_with(tmp_path, server: dict, auth: str = ""):

@@ -67,7 +67,7 @@ def run_app_virtual(main: Callable[[VirtualAppLoop], Coroutine[Any, Any, T]]) ->
 async def app_client(config: Any, base_url: str = "http://e") -> AsyncIterator[httpx.AsyncClient]:
     """An httpx client on the app of ``config`` (its lifespan started and stopped around the
     block); ``client.app`` is the app."""
-    from fastmode.gateway.edge.app import create_app
+    from fastmode.gateway.app import create_app
 
     app = create_app(config)
     async with app.router.lifespan_context(app):

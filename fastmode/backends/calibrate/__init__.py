@@ -26,17 +26,17 @@ Five pieces, all pure functions over plain data:
 See docs/calibration.md.
 """
 
-from .crossval import *  # noqa: F403
-from .crossval import __all__ as _cv
-from .engines import *  # noqa: F403
-from .engines import __all__ as _engines
-from .figures import *  # noqa: F403
-from .figures import __all__ as _figures
-from .fit import *  # noqa: F403
-from .fit import __all__ as _fit
-from .profile_io import *  # noqa: F403
-from .profile_io import __all__ as _io
-from .scope import *  # noqa: F403
-from .scope import __all__ as _scope
+from fastmode.backends.calibrate.crossval import *  # noqa: F403
+from fastmode.backends.calibrate.crossval import __all__ as _cv
+from fastmode.backends.calibrate.engines import *  # noqa: F403
+from fastmode.backends.calibrate.engines import __all__ as _engines
+from fastmode.backends.calibrate.figures import *  # noqa: F403
+from fastmode.backends.calibrate.figures import __all__ as _figures
+from fastmode.backends.calibrate.fit import *  # noqa: F403
+from fastmode.backends.calibrate.fit import __all__ as _fit
+from fastmode.backends.calibrate.profile_io import *  # noqa: F403
+from fastmode.backends.calibrate.profile_io import __all__ as _io
+from fastmode.backends.calibrate.scope import *  # noqa: F403
+from fastmode.backends.calibrate.scope import __all__ as _scope
 
 __all__ = [*_figures, *_fit, *_cv, *_engines, *_io, *_scope]

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from ..profiles import Catalog
-from .engines import Engines, engine_priors
-from .figures import Figure, Result, predict_figure
-from .fit import Fit, apply_fits, fit, prior_catalog
+from fastmode.backends.calibrate.engines import Engines, engine_priors
+from fastmode.backends.calibrate.figures import Figure, Result, predict_figure
+from fastmode.backends.calibrate.fit import Fit, apply_fits, fit, prior_catalog
+from fastmode.backends.profiles import Catalog
 
 
 @dataclass

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any
 
-from ..profiles import HardwareProfile, ModelProfile
+from fastmode.backends.profiles import HardwareProfile, ModelProfile
 
 ENGINE_PARAMS = ("request_overhead_ms", "step_overhead_ms", "gqa_reread", "bandwidth_scale",
                  "compute_scale", "seq_overhead_us", "serving_overhead_ms",

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..perf import Placement
-from ..perf_serving import (
+from fastmode.backends.calibrate.engines import Engines, engine_for, load_engines
+from fastmode.backends.calibrate.figure import METRICS, SCENARIOS, UNITS, CalibrationError, Figure
+from fastmode.backends.calibrate.harness import HARNESSES, through_server
+from fastmode.backends.perf import Placement
+from fastmode.backends.perf_serving import (
     Workload,
     batch_that_fits,
     finite_run_throughput,
@@ -19,11 +22,8 @@ from ..perf_serving import (
     static_batch,
     waves_throughput,
 )
-from ..profiles import Catalog, ProfileError
-from ..speculative import mtp_draft, speculative_placement
-from .engines import Engines, engine_for, load_engines
-from .figure import METRICS, SCENARIOS, UNITS, CalibrationError, Figure
-from .harness import HARNESSES, through_server
+from fastmode.backends.profiles import Catalog, ProfileError
+from fastmode.backends.speculative import mtp_draft, speculative_placement
 
 
 def figure_from_dict(raw: Mapping[str, Any], index: int = 0) -> Figure:

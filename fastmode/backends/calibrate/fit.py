@@ -7,12 +7,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..dequant import dequantises
-from ..profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
-from .engines import REFERENCE_ENGINE, EngineProfile, Engines, inherit_engines
-from .figures import CalibrationError, Figure, predict_si
-from .lineage import held_at_prior, informed_terms, measured_sibling
-from .params import (
+from fastmode.backends.calibrate.engines import (
+    REFERENCE_ENGINE,
+    EngineProfile,
+    Engines,
+    inherit_engines,
+)
+from fastmode.backends.calibrate.figures import CalibrationError, Figure, predict_si
+from fastmode.backends.calibrate.lineage import held_at_prior, informed_terms, measured_sibling
+from fastmode.backends.calibrate.params import (
     CHIP,
     CHIP_EFFICIENCIES,
     EFFICIENCIES,
@@ -25,8 +28,10 @@ from .params import (
     SHARED,
     Param,
 )
-from .scope import fitted_figures
-from .search import coordinate_search, param
+from fastmode.backends.calibrate.scope import fitted_figures
+from fastmode.backends.calibrate.search import coordinate_search, param
+from fastmode.backends.dequant import dequantises
+from fastmode.backends.profiles import FOUR_BIT, Catalog, HardwareProfile, canonical_precision
 
 
 def prior_of(hw: HardwareProfile) -> dict[str, float]:

@@ -23,7 +23,7 @@ the conditions the source gives (an offline run, or ``trtllm-bench``, else an AP
 
 from __future__ import annotations
 
-from .figure import Figure
+from fastmode.backends.calibrate.figure import Figure
 
 HARNESSES = ("static", "offline", "server")
 # words of a serving figure's engine or conditions that say it ran in process (no API server)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .engines import REFERENCE_ENGINE, EngineProfile, Engines
-from .figures import Figure
-from .harness import through_server
-from .params import ENGINE_SPECS, HW_SIBLINGS
+from fastmode.backends.calibrate.engines import REFERENCE_ENGINE, EngineProfile, Engines
+from fastmode.backends.calibrate.figures import Figure
+from fastmode.backends.calibrate.harness import through_server
+from fastmode.backends.calibrate.params import ENGINE_SPECS, HW_SIBLINGS
 
 SCALES = ("bandwidth_scale", "compute_scale")
 SERVER = ("serving_overhead_ms", "serving_us_per_token")  # its API server's: fixed, per token

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..profiles import HardwareProfile
-from .engines import EngineProfile
-from .figures import CalibrationError
-from .fit import Fit, HardwareFit
+from fastmode.backends.calibrate.engines import EngineProfile
+from fastmode.backends.calibrate.figures import CalibrationError
+from fastmode.backends.calibrate.fit import Fit, HardwareFit
+from fastmode.backends.profiles import HardwareProfile
 
 FORMATS = {
     "mbu": "{:.3f}", "mbu_kv": "{:.3f}", "mfu": "{:.3f}", "mfu_fp8": "{:.3f}",

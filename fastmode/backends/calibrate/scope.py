@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..profiles import Catalog
-from .figures import Figure
+from fastmode.backends.calibrate.figures import Figure
+from fastmode.backends.profiles import Catalog
 
 MOE_OFFLINE_QUEUE = 1000  # sequences queued at once from which an MoE run is out of scope
 

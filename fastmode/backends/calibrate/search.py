@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from .params import ENGINE_SPECS, PARAMS, Param
+from fastmode.backends.calibrate.params import ENGINE_SPECS, PARAMS, Param
 
 
 def param(name: str) -> Param:

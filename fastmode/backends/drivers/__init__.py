@@ -8,7 +8,7 @@ arrivals they produce the same timeline. Only the way time passes differs: the r
 (``supervisor.py``): one whose task fails or that stops stepping is reported and restarted.
 """
 
-from .base import (
+from fastmode.backends.drivers.base import (
     OVERLOADED,
     TOO_LARGE,
     Driver,
@@ -18,11 +18,11 @@ from .base import (
     new_sequence,
     pick_replica,
 )
-from .realtime import PACING_TOLERANCE_S, RealtimeDriver, RealtimeReplica
-from .realtime_fleet import PoolHandle, RealtimeFleet
-from .supervisor import ReplicaFailure, Supervisor
-from .token_stream import TokenStream
-from .virtual import Arrival, VirtualDriver
+from fastmode.backends.drivers.realtime import PACING_TOLERANCE_S, RealtimeDriver, RealtimeReplica
+from fastmode.backends.drivers.realtime_fleet import PoolHandle, RealtimeFleet
+from fastmode.backends.drivers.supervisor import ReplicaFailure, Supervisor
+from fastmode.backends.drivers.token_stream import TokenStream
+from fastmode.backends.drivers.virtual import Arrival, VirtualDriver
 
 __all__ = [
     "OVERLOADED",

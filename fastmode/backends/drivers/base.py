@@ -26,11 +26,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from ..engine import DeploymentSpec
-from ..fleet import Fleet, FleetSpec
-from ..prefix_cache import CacheRouting, PrefixKey
-from ..scheduler import Scheduler, Sequence, StepResult
-from ..tenants import TenantLoad
+from fastmode.backends.engine import DeploymentSpec
+from fastmode.backends.fleet import Fleet, FleetSpec
+from fastmode.backends.prefix_cache import CacheRouting, PrefixKey
+from fastmode.backends.scheduler import Scheduler, Sequence, StepResult
+from fastmode.backends.tenants import TenantLoad
 
 TOO_LARGE = "too_large"
 OVERLOADED = "overloaded"

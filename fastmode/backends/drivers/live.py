@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seq
 from typing import Protocol
 
-from ..prefix_cache import CacheRouting
-from ..scheduler import Sequence
-from .base import Replica
-from .token_stream import TokenStream
+from fastmode.backends.drivers.base import Replica
+from fastmode.backends.drivers.token_stream import TokenStream
+from fastmode.backends.prefix_cache import CacheRouting
+from fastmode.backends.scheduler import Sequence
 
 
 class LiveReplica(Replica):

@@ -48,15 +48,15 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 
-from ..engine import DeploymentSpec
-from ..fleet import FleetSpec
-from ..prefix_cache import PrefixKey
-from ..scheduler import Scheduler, Sequence, StepResult
-from .base import Driver, cancel_and_wait
-from .clock import ScaledClock
-from .live import LiveReplica
-from .supervisor import FailureCallback, Supervisor
-from .token_stream import TokenStream
+from fastmode.backends.drivers.base import Driver, cancel_and_wait
+from fastmode.backends.drivers.clock import ScaledClock
+from fastmode.backends.drivers.live import LiveReplica
+from fastmode.backends.drivers.supervisor import FailureCallback, Supervisor
+from fastmode.backends.drivers.token_stream import TokenStream
+from fastmode.backends.engine import DeploymentSpec
+from fastmode.backends.fleet import FleetSpec
+from fastmode.backends.prefix_cache import PrefixKey
+from fastmode.backends.scheduler import Scheduler, Sequence, StepResult
 
 StepCallback = Callable[["RealtimeReplica", StepResult], None]
 ExitCallback = Callable[["RealtimeReplica", BaseException], None]

@@ -20,12 +20,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine import DeploymentSpec, EngineSpec
-from ..fleet import FleetSpec
-from ..prefix_cache import PrefixKey
-from .base import cancel_and_wait
-from .realtime import RealtimeDriver, RealtimeReplica, StepCallback
-from .token_stream import TokenStream
+from fastmode.backends.drivers.base import cancel_and_wait
+from fastmode.backends.drivers.realtime import RealtimeDriver, RealtimeReplica, StepCallback
+from fastmode.backends.drivers.token_stream import TokenStream
+from fastmode.backends.engine import DeploymentSpec, EngineSpec
+from fastmode.backends.fleet import FleetSpec
+from fastmode.backends.prefix_cache import PrefixKey
 
 log = logging.getLogger("fastmode.engine")
 

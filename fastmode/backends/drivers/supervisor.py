@@ -31,10 +31,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..scheduler import Sequence
-from .base import cancel_and_wait, new_sequence, pick_replica
-from .live import LiveDriver, LiveReplica
-from .token_stream import TokenStream
+from fastmode.backends.drivers.base import cancel_and_wait, new_sequence, pick_replica
+from fastmode.backends.drivers.live import LiveDriver, LiveReplica
+from fastmode.backends.drivers.token_stream import TokenStream
+from fastmode.backends.scheduler import Sequence
 
 log = logging.getLogger("fastmode.engine")
 

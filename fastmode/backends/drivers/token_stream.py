@@ -13,8 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..scheduler import CANCELLED, Sequence
-from ..sequence import NEVER
+from fastmode.backends.scheduler import CANCELLED, Sequence
+from fastmode.backends.sequence import NEVER
 
 log = logging.getLogger("fastmode.engine")
 

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import DeploymentSpec
-from ..fleet import FleetSpec
-from ..prefix_cache import PrefixKey
-from ..scheduler import Scheduler, Sequence, StepResult
-from .base import Driver, Replica, new_sequence
+from fastmode.backends.drivers.base import Driver, Replica, new_sequence
+from fastmode.backends.engine import DeploymentSpec
+from fastmode.backends.fleet import FleetSpec
+from fastmode.backends.prefix_cache import PrefixKey
+from fastmode.backends.scheduler import Scheduler, Sequence, StepResult
 
 # on_step(replica name, first step's duration, user decode tokens, batch, steps, last duration)
 StepCallback = Callable[[str, float, int, int, int, float], None]

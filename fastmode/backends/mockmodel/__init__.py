@@ -21,15 +21,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from .agent import agent_reply, safe_tools
-from .behavior import DEFAULT_BEHAVIOR, REPLY_KINDS, ModelBehavior, ReplyLengths
-from .botching import maybe_botch
-from .edit_formats import edit_format_reply
-from .field_markers import asked_fields, marker_reply
-from .pieces import finish_tool_calls, with_reasoning
-from .prompted_json import prompted_json
-from .prose import last_user_text, text_reply, tool_result_opener, tool_result_reply
-from .request import (
+from fastmode.backends.mockmodel.agent import agent_reply, safe_tools
+from fastmode.backends.mockmodel.behavior import (
+    DEFAULT_BEHAVIOR,
+    REPLY_KINDS,
+    ModelBehavior,
+    ReplyLengths,
+)
+from fastmode.backends.mockmodel.botching import maybe_botch
+from fastmode.backends.mockmodel.edit_formats import edit_format_reply
+from fastmode.backends.mockmodel.field_markers import asked_fields, marker_reply
+from fastmode.backends.mockmodel.pieces import finish_tool_calls, with_reasoning
+from fastmode.backends.mockmodel.prompted_json import prompted_json
+from fastmode.backends.mockmodel.prose import (
+    last_user_text,
+    text_reply,
+    tool_result_opener,
+    tool_result_reply,
+)
+from fastmode.backends.mockmodel.request import (
     BOTCH_KINDS,
     CUE_CHARS,
     DEFAULT_QUALITY,
@@ -47,14 +57,14 @@ from .request import (
     cue_text,
     message_text,
 )
-from .schema_check import validate_arguments, validate_value
-from .schema_subset import SchemaRejected, check_schema
-from .schema_values import generate_value
-from .scripts import match_script, scripted
-from .streams import Streams
-from .structured import structured_reply
-from .thinking import think
-from .toolcalls import make_calls, wants_tool
+from fastmode.backends.mockmodel.schema_check import validate_arguments, validate_value
+from fastmode.backends.mockmodel.schema_subset import SchemaRejected, check_schema
+from fastmode.backends.mockmodel.schema_values import generate_value
+from fastmode.backends.mockmodel.scripts import match_script, scripted
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.structured import structured_reply
+from fastmode.backends.mockmodel.thinking import think
+from fastmode.backends.mockmodel.toolcalls import make_calls, wants_tool
 
 __all__ = [
     "BOTCH_KINDS",

@@ -26,9 +26,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .agent_results import Result, answer, tool_results
-from .agent_task import CHANGE, CREATE, NONE, READ, RUN, Task, asks_change, read_task
-from .agent_tools import (
+from fastmode.backends.mockmodel.agent_results import Result, answer, tool_results
+from fastmode.backends.mockmodel.agent_task import (
+    CHANGE,
+    CREATE,
+    NONE,
+    READ,
+    RUN,
+    Task,
+    asks_change,
+    read_task,
+)
+from fastmode.backends.mockmodel.agent_tools import (
     CODE,
     EDIT,
     PATCH,
@@ -41,15 +50,22 @@ from .agent_tools import (
     roles,
     update_patch,
 )
-from .agent_tools import READ as READ_TOOL
-from .behavior import DEFAULT_BEHAVIOR, ModelBehavior
-from .botching import maybe_botch
-from .harness import user_task
-from .pieces import finish_text, finish_tool_calls
-from .prose import text_reply
-from .request import CUSTOM, Generation, GenerationRequest, QualityProfile, ToolCall, ToolSpec
-from .streams import Streams
-from .toolcalls import call_id
+from fastmode.backends.mockmodel.agent_tools import READ as READ_TOOL
+from fastmode.backends.mockmodel.behavior import DEFAULT_BEHAVIOR, ModelBehavior
+from fastmode.backends.mockmodel.botching import maybe_botch
+from fastmode.backends.mockmodel.harness import user_task
+from fastmode.backends.mockmodel.pieces import finish_text, finish_tool_calls
+from fastmode.backends.mockmodel.prose import text_reply
+from fastmode.backends.mockmodel.request import (
+    CUSTOM,
+    Generation,
+    GenerationRequest,
+    QualityProfile,
+    ToolCall,
+    ToolSpec,
+)
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.toolcalls import call_id
 
 MAX_STEPS = 4  # tool results after the task before the model answers whatever it has
 _CWD = re.compile(r"<cwd>([^<\n]+)</cwd>|(?:Primary working directory|Working directory|"

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agent_task import CHANGE, CREATE, RUN, Task
-from .request import message_text
+from fastmode.backends.mockmodel.agent_task import CHANGE, CREATE, RUN, Task
+from fastmode.backends.mockmodel.request import message_text
 
 _NUMBERED = re.compile(r"^\s*\d+(?:\t|→|:(?: |$)|\| )")
 _EXIT = re.compile(r"(?:Process exited with code|exit code:?|Exit code:?)\s*(-?\d+)", re.I)

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .request import CUSTOM, ToolSpec
+from fastmode.backends.mockmodel.request import CUSTOM, ToolSpec
 
 READ, SHELL, EDIT, PATCH, WRITE, CODE = "read", "shell", "edit", "patch", "write", "code"
 # the tools that change the workspace: called only when the task asks for a change

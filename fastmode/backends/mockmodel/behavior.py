@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..reasoning import NO_REASONING, ReasoningProfile
+from fastmode.backends.reasoning import NO_REASONING, ReasoningProfile
 
 # Kinds of request, by the length of reply they call for (``lengths.classify``).
 REPLY_KINDS = ("greeting", "short", "normal", "long")

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .request import BOTCH_KINDS, QualityProfile, ToolCall, ToolSpec
-from .toolcalls import dumps, object_schema
+from fastmode.backends.mockmodel.request import BOTCH_KINDS, QualityProfile, ToolCall, ToolSpec
+from fastmode.backends.mockmodel.toolcalls import dumps, object_schema
 
 
 def maybe_botch(

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .request import message_text
+from fastmode.backends.mockmodel.request import message_text
 
 FILES_MARKER = "*added these files to the chat*"
 _FENCE = re.compile(r"^(`{3,}|<(\w+)>)$")

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .agent_task import asks_change
-from .chat_files import ChatFile, chat_files
-from .edits import Edit, requested_edit
-from .pieces import finish_text
-from .request import Generation, GenerationRequest, message_text
-from .streams import Streams
+from fastmode.backends.mockmodel.agent_task import asks_change
+from fastmode.backends.mockmodel.chat_files import ChatFile, chat_files
+from fastmode.backends.mockmodel.edits import Edit, requested_edit
+from fastmode.backends.mockmodel.pieces import finish_text
+from fastmode.backends.mockmodel.request import Generation, GenerationRequest, message_text
+from fastmode.backends.mockmodel.streams import Streams
 
 SYSTEM_ROLES = ("system", "developer")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .request import cue_text
+from fastmode.backends.mockmodel.request import cue_text
 
 
 @dataclass(frozen=True, slots=True)

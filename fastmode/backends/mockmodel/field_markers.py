@@ -22,11 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .pieces import finish_text
-from .request import Generation, GenerationRequest, cue_text, message_text
-from .schema_values import bounded_value
-from .streams import Streams
-from .type_notes import from_note, from_python_type
+from fastmode.backends.mockmodel.pieces import finish_text
+from fastmode.backends.mockmodel.request import (
+    Generation,
+    GenerationRequest,
+    cue_text,
+    message_text,
+)
+from fastmode.backends.mockmodel.schema_values import bounded_value
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.type_notes import from_note, from_python_type
 
 COMPLETED = "[[ ## completed ## ]]"
 _MARKER = re.compile(r"\[\[ ## (\w+) ## \]\]")

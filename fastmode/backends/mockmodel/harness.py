@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .request import cue_text, message_text
+from fastmode.backends.mockmodel.request import cue_text, message_text
 
 # A block an agent harness wraps in a tag of its own: ``<system-reminder>…</system-reminder>``,
 # ``<environment_context>…``, ``<INSTRUCTIONS>…``, ``<user_instructions>…``. Only tags of words

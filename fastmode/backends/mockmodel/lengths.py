@@ -13,7 +13,7 @@ import math
 import random
 import re
 
-from .behavior import ReplyLengths
+from fastmode.backends.mockmodel.behavior import ReplyLengths
 
 _NUMBER_WORDS = {
     "a": 1, "an": 1, "one": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5,

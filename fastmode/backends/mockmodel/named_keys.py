@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .type_notes import number
+from fastmode.backends.mockmodel.type_notes import number
 
 _WORD = re.compile(r"\b(?:keys?|fields?|properties|property|attributes)\b", re.I)
 _QUOTED = re.compile(r"([`\"'])([A-Za-z_][\w-]{0,40})\1")

@@ -10,8 +10,8 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
-from ..tokenizer import tokenize
-from .request import REASONING, Generation, Piece, Reasoning, ToolCall
+from fastmode.backends.mockmodel.request import REASONING, Generation, Piece, Reasoning, ToolCall
+from fastmode.backends.tokenizer import tokenize
 
 
 def finish_text(text: str, cap: int | None, stop: Sequence[str],

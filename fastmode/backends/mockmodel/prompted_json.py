@@ -31,10 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .named_keys import named_keys_schema
-from .request import ResponseFormat, cue_text, message_text
-from .schema_subset import ANNOTATIONS, LOOSE_KEYWORDS, TYPES, SchemaRejected, check_schema
-from .type_notes import from_example_string
+from fastmode.backends.mockmodel.named_keys import named_keys_schema
+from fastmode.backends.mockmodel.request import ResponseFormat, cue_text, message_text
+from fastmode.backends.mockmodel.schema_subset import (
+    ANNOTATIONS,
+    LOOSE_KEYWORDS,
+    TYPES,
+    SchemaRejected,
+    check_schema,
+)
+from fastmode.backends.mockmodel.type_notes import from_example_string
 
 ASKS_FOR_JSON = re.compile(
     r"\b(?:respond|reply|answer|return|output|format|provide|produce|give|write|generate|"

@@ -11,14 +11,13 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..tokenizer import count_tokens, tokenize
-from .behavior import DEFAULT_BEHAVIOR, ReplyLengths
-from .harness import user_task
-from .lengths import GREETING_REPLIES, reply_length, yes_no_opener
-from .pieces import finish_text
-from .request import Generation, GenerationRequest, message_text
-from .streams import Streams
-from .wordbank import (
+from fastmode.backends.mockmodel.behavior import DEFAULT_BEHAVIOR, ReplyLengths
+from fastmode.backends.mockmodel.harness import user_task
+from fastmode.backends.mockmodel.lengths import GREETING_REPLIES, reply_length, yes_no_opener
+from fastmode.backends.mockmodel.pieces import finish_text
+from fastmode.backends.mockmodel.request import Generation, GenerationRequest, message_text
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.wordbank import (
     ADJECTIVES,
     ADVERBIALS,
     CODE_BLOCKS,
@@ -33,6 +32,7 @@ from .wordbank import (
     VAR_NAMES,
     VERBS,
 )
+from fastmode.backends.tokenizer import count_tokens, tokenize
 
 
 def text_reply(

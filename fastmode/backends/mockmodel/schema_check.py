@@ -27,7 +27,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from .schema_values import resolve_local
+from fastmode.backends.mockmodel.schema_values import resolve_local
 
 __all__ = ["validate_arguments", "validate_value"]
 

@@ -33,7 +33,7 @@ from typing import Any
 import jsonschema_rs
 import orjson
 
-from .schema_strings import FORMATS
+from fastmode.backends.mockmodel.schema_strings import FORMATS
 
 __all__ = ["SchemaRejected", "check_schema"]
 

@@ -30,8 +30,15 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .entities import extract
-from .schema_strings import formatted, key_phrase, padding, pattern_string, plausible, proper_nouns
+from fastmode.backends.mockmodel.entities import extract
+from fastmode.backends.mockmodel.schema_strings import (
+    formatted,
+    key_phrase,
+    padding,
+    pattern_string,
+    plausible,
+    proper_nouns,
+)
 
 __all__ = ["DEFAULT_BUDGET", "MAX_DEPTH", "bounded_value", "generate_value", "resolve_local"]
 
@@ -76,7 +83,9 @@ class _Generator:
 
     def sentence(self) -> str:
         if self._writer is None:
-            from .prose import Writer  # prose imports nothing from here; imported on first use
+            from fastmode.backends.mockmodel.prose import (
+                Writer,  # prose imports nothing from here; imported on first use
+            )
 
             self._writer = Writer(self.rng, None)
         return str(self._writer.sentence())

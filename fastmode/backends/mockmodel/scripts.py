@@ -10,10 +10,10 @@ import functools
 import re
 from collections.abc import Collection, Sequence
 
-from .pieces import finish_text, finish_tool_call
-from .request import Generation, GenerationRequest, ScriptRule, ToolCall
-from .streams import Streams
-from .toolcalls import call_id, dumps
+from fastmode.backends.mockmodel.pieces import finish_text, finish_tool_call
+from fastmode.backends.mockmodel.request import Generation, GenerationRequest, ScriptRule, ToolCall
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.toolcalls import call_id, dumps
 
 
 def match_script(scripts: Sequence[ScriptRule], user_text: str,

@@ -21,7 +21,7 @@ import os
 import random
 from typing import Any
 
-from .request import GenerationRequest
+from fastmode.backends.mockmodel.request import GenerationRequest
 
 
 def request_digest(req: GenerationRequest) -> bytes:

@@ -16,10 +16,10 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .pieces import finish_text
-from .request import Generation, GenerationRequest, QualityProfile
-from .schema_values import DEFAULT_BUDGET, bounded_value, resolve_local
-from .streams import Streams
+from fastmode.backends.mockmodel.pieces import finish_text
+from fastmode.backends.mockmodel.request import Generation, GenerationRequest, QualityProfile
+from fastmode.backends.mockmodel.schema_values import DEFAULT_BUDGET, bounded_value, resolve_local
+from fastmode.backends.mockmodel.streams import Streams
 
 # what a model writes for "answer in JSON" when no schema says more
 JSON_OBJECT_SCHEMA: Mapping[str, Any] = {

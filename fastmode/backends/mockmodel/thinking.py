@@ -17,17 +17,25 @@ import random
 import re
 from collections.abc import Iterator
 
-from ..reasoning import ReasoningProfile
-from ..tokenizer import count_tokens, tokenize
-from .agent_task import NONE, read_task
-from .behavior import DEFAULT_REPLY_MEDIANS
-from .harness import user_task
-from .lengths import classify
-from .prose import last_user_text
-from .request import GenerationRequest, Reasoning
-from .schema_strings import key_phrase
-from .streams import Streams
-from .wordbank import ADJECTIVES, ADVERBIALS, OBJECTS, REASONS, SUBJECTS, TOPICS, VERBS
+from fastmode.backends.mockmodel.agent_task import NONE, read_task
+from fastmode.backends.mockmodel.behavior import DEFAULT_REPLY_MEDIANS
+from fastmode.backends.mockmodel.harness import user_task
+from fastmode.backends.mockmodel.lengths import classify
+from fastmode.backends.mockmodel.prose import last_user_text
+from fastmode.backends.mockmodel.request import GenerationRequest, Reasoning
+from fastmode.backends.mockmodel.schema_strings import key_phrase
+from fastmode.backends.mockmodel.streams import Streams
+from fastmode.backends.mockmodel.wordbank import (
+    ADJECTIVES,
+    ADVERBIALS,
+    OBJECTS,
+    REASONS,
+    SUBJECTS,
+    TOPICS,
+    VERBS,
+)
+from fastmode.backends.reasoning import ReasoningProfile
+from fastmode.backends.tokenizer import count_tokens, tokenize
 
 # summary length as a share of the reasoning, and its bounds (tokens), per summary mode
 _SUMMARY = {"auto": (8, 16, 160), "concise": (16, 10, 60), "detailed": (4, 24, 400)}

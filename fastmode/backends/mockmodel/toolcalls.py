@@ -19,10 +19,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .behavior import DEFAULT_BEHAVIOR, ModelBehavior
-from .request import CUSTOM, GenerationRequest, ToolCall, ToolSpec
-from .schema_values import generate_value
-from .streams import Streams
+from fastmode.backends.mockmodel.behavior import DEFAULT_BEHAVIOR, ModelBehavior
+from fastmode.backends.mockmodel.request import CUSTOM, GenerationRequest, ToolCall, ToolSpec
+from fastmode.backends.mockmodel.schema_values import generate_value
+from fastmode.backends.mockmodel.streams import Streams
 
 _STOPWORDS = frozenset(
     "a an and are as at be by can do for from get give how i in is it me my of on or please "

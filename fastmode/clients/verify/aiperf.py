@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .records import ToolRequest, ToolRun, Unreadable, number, scaled
+from fastmode.clients.verify.records import ToolRequest, ToolRun, Unreadable, number, scaled
 
 SUMMARY_GLOB = "*_aiperf.json"
 RECORDS = "profile_export.jsonl"

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import accumulate
 
-from .overhead import JITTER
-from .records import ToolRequest
-from .truth import Truth
+from fastmode.clients.verify.overhead import JITTER
+from fastmode.clients.verify.records import ToolRequest
+from fastmode.clients.verify.truth import Truth
 
 
 def align(pairs: list[tuple[ToolRequest, Truth]]

@@ -18,9 +18,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import clock, overhead
-from .records import ToolRequest, ToolRun
-from .truth import Truth
+from fastmode.clients.verify import clock, overhead
+from fastmode.clients.verify.records import ToolRequest, ToolRun
+from fastmode.clients.verify.truth import Truth
 
 LATENCIES = ("ttft", "itl", "tpot", "e2e")
 

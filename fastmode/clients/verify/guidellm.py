@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .records import ToolRequest, ToolRun, number, scaled
+from fastmode.clients.verify.records import ToolRequest, ToolRun, number, scaled
 
 NAMES = ("benchmarks.json", "benchmark.json")
 _METRICS = {"ttft": "time_to_first_token_ms", "itl": "inter_token_latency_ms",

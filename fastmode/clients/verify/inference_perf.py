@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .records import ToolRequest, ToolRun, Unreadable, number, scaled
+from fastmode.clients.verify.records import ToolRequest, ToolRun, Unreadable, number, scaled
 
 SUMMARY = "summary_lifecycle_metrics.json"
 PER_REQUEST = "per_request_lifecycle_metrics.json"

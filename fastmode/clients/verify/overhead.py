@@ -21,8 +21,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .records import ToolRequest
-from .truth import Truth
+from fastmode.clients.verify.records import ToolRequest
+from fastmode.clients.verify.truth import Truth
 
 JITTER = 0.5e-3  # two processes reading one host's clock: what "not before" allows
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .records import STATS, ToolRequest, ToolRun, Unreadable, number, scaled
+from fastmode.clients.verify.records import STATS, ToolRequest, ToolRun, Unreadable, number, scaled
 
 
 def is_fastmode(doc: Any) -> bool:

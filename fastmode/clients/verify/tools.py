@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import aiperf, guidellm, inference_perf, simple
-from .records import ToolRequest, ToolRun, Unreadable
+from fastmode.clients.verify import aiperf, guidellm, inference_perf, simple
+from fastmode.clients.verify.records import ToolRequest, ToolRun, Unreadable
 
 __all__ = ["TOOLS", "ToolRequest", "ToolRun", "Unreadable", "detect", "read"]
 

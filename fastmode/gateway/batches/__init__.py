@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from ..pipeline.admission import Gateway
-from . import anthropic_api, openai_api
-from .service import Batches
+from fastmode.gateway.batches import anthropic_api, openai_api
+from fastmode.gateway.batches.service import Batches
+from fastmode.gateway.pipeline.admission import Gateway
 
 __all__ = ["Batches", "add_routes"]
 

@@ -18,14 +18,14 @@ import orjson
 from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..edge.offload import parse_body
-from ..errors import APIError, bad_request
-from ..protocols import MESSAGES
-from ..stored.ids import new_id
-from ..stored.ownership import Caller, caller
-from .service import Batches, body_of
-from .store import CANCELED, DONE, ERRORED, EXPIRED, Batch
+from fastmode.gateway.batches.service import Batches, body_of
+from fastmode.gateway.batches.store import CANCELED, DONE, ERRORED, EXPIRED, Batch
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.http.offload import parse_body
+from fastmode.gateway.protocols import MESSAGES
+from fastmode.gateway.stored.ownership import Caller, caller
+from fastmode.gateway.values.ids import new_id
 
 BATCH_ID = r"^msgbatch_[0-9a-f]{24}$"  # what create makes (/openapi.json says so)
 MAX_CUSTOM_ID = 64  # Anthropic: custom_id is 1-64 characters of [a-zA-Z0-9_-]

@@ -20,10 +20,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..errors import APIError, bad_request
-from ..stored.ids import new_id
-from ..stored.ownership import Caller
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.stored.ownership import Caller
+from fastmode.gateway.values.ids import new_id
 
 PURPOSES = ("batch", "assistants", "fine-tune", "vision", "user_data", "evals")
 

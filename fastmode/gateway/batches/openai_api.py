@@ -20,17 +20,17 @@ import orjson
 from fastapi import FastAPI, Path, Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..edge.offload import parse_body
-from ..errors import APIError, bad_request
-from ..money import cost
-from ..protocols import CHAT
-from ..stored.ids import new_id
-from ..stored.ownership import Caller, caller
-from .files import listing, upload
-from .runner import OPENAI_ENDPOINTS
-from .service import Batches, body_of
-from .store import CANCELED, DONE, ERRORED, EXPIRED, Batch
+from fastmode.gateway.batches.files import listing, upload
+from fastmode.gateway.batches.runner import OPENAI_ENDPOINTS
+from fastmode.gateway.batches.service import Batches, body_of
+from fastmode.gateway.batches.store import CANCELED, DONE, ERRORED, EXPIRED, Batch
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.http.offload import parse_body
+from fastmode.gateway.money import cost
+from fastmode.gateway.protocols import CHAT
+from fastmode.gateway.stored.ownership import Caller, caller
+from fastmode.gateway.values.ids import new_id
 
 BATCH_ID = r"^batch_[0-9a-f]{24}$"  # what create makes (/openapi.json says so: fuzzers too)
 

@@ -21,16 +21,15 @@ from typing import Any
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.scheduler import FINISHED
-
-from ..edge.limits import check_request
-from ..errors import bad_request
-from ..pipeline.admission import Gateway
-from ..pipeline.job import Job
-from ..pipeline.roles import STANDARD
-from ..protocols import CHAT, COMPLETIONS, RESPONSES, Protocol, RequestContext
-from ..state import COMPLETED
-from ..stored.ids import new_id
-from ..stored.response_store import ResponseStore
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.http.limits import check_request
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.protocols import CHAT, COMPLETIONS, RESPONSES, Protocol, RequestContext
+from fastmode.gateway.state import COMPLETED
+from fastmode.gateway.stored.response_store import ResponseStore
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.roles import STANDARD
 
 BATCH_TIER = "batch"  # the ledger's tier for batch requests
 OPENAI_ENDPOINTS: dict[str, Protocol] = {

@@ -8,14 +8,13 @@ from typing import Any
 
 from fastmode.backends.batch_pool import BatchPool
 from fastmode.backends.engine import Tier
-
-from ..errors import APIError
-from ..pipeline.admission import Gateway
-from ..protocols import Protocol
-from ..stored.ids import new_id
-from .files import FileStore
-from .runner import Prepared, prepare, settle, timed
-from .store import Batch, BatchStore, Entry
+from fastmode.gateway.batches.files import FileStore
+from fastmode.gateway.batches.runner import Prepared, prepare, settle, timed
+from fastmode.gateway.batches.store import Batch, BatchStore, Entry
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.protocols import Protocol
+from fastmode.gateway.values.ids import new_id
 
 __all__ = ["Batches", "Prepared", "body_of"]
 YIELD_EVERY = 16  # lines prepared between two turns of the event loop

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import APIError
-from ..state import StateBackend
-from ..stored.ledger import job_row
-from ..stored.ownership import Caller
-from .runner import Prepared
+from fastmode.gateway.batches.runner import Prepared
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.state import StateBackend
+from fastmode.gateway.stored.ledger import job_row
+from fastmode.gateway.stored.ownership import Caller
 
 # how a finished batch's request ended, by kind (OpenAI counts completed / failed, Anthropic
 # succeeded / errored / canceled / expired)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import APIError
-from .format import files, read
-from .matching import validated
-from .streams import read as transcript
+from fastmode.gateway.cassettes.matching import validated
+from fastmode.gateway.cassettes.streams import read as transcript
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.observe.exchange_format import files, read
 
 
 @dataclass

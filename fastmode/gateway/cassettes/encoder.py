@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import APIError
-from ..protocols.base import Encoder
-from ..protocols.events import Frames, sse_framed, texts
-from .library import Recording
+from fastmode.gateway.cassettes.library import Recording
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder
+from fastmode.gateway.protocols.events import Frames, sse_framed, texts
 
 
 class CassetteEncoder(Encoder):

@@ -18,9 +18,8 @@ from __future__ import annotations
 import orjson
 
 from fastmode.backends.tokenizer import count_tokens
-
-from .format import Entry
-from .transcript import Transcript
+from fastmode.gateway.cassettes.transcript import Transcript
+from fastmode.gateway.observe.exchange_format import Entry
 
 SLACK_TOKENS = 1  # an end-of-sequence token some servers count in completion_tokens
 

@@ -13,23 +13,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fastmode.backends.engine import Tier
-
-from ..config import Config
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Admission
-from ..protocols.base import Encoder, RequestContext
-from ..protocols.base import Protocol as WireProtocol
-from ..testing.cassette import TestCassettes
-from .encoder import CassetteEncoder
-from .format import Redactor, load_hook
-from .library import Library, Wire, current
-from .matching import normalised
-from .recorder import Recorder, Tape
-from .replay import ReplayAdmission, ReplayJob
+from fastmode.gateway.cassettes.encoder import CassetteEncoder
+from fastmode.gateway.cassettes.library import Library, Wire, current
+from fastmode.gateway.cassettes.matching import normalised
+from fastmode.gateway.cassettes.recorder import Recorder, Tape
+from fastmode.gateway.cassettes.replay import ReplayAdmission, ReplayJob
+from fastmode.gateway.cassettes.scoped import TestCassettes
+from fastmode.gateway.config import Config
+from fastmode.gateway.engines.engine_admission import EngineAdmission
+from fastmode.gateway.engines.tickets import Admission
+from fastmode.gateway.observe.exchange_format import Redactor, load_hook
+from fastmode.gateway.protocols.base import Encoder, RequestContext
+from fastmode.gateway.protocols.base import Protocol as WireProtocol
+from fastmode.gateway.values.job import Job
 
 if TYPE_CHECKING:
-    from ..testing.cassette import TestCassette
+    from fastmode.gateway.cassettes.scoped import TestCassette
 
 
 class TurnLike(Protocol):
@@ -53,7 +52,7 @@ class Cassettes:
         self.redactor = Redactor(rec.redact, load_hook(rec.redact_hook))
         self.recorder = Recorder(rec, self.redactor) if rec.dir else None
         self.everything = bool(rec.dir or config.replay.dir)  # not only tests' cassettes
-        # the pytest plugin's per-test cassettes (gateway.testing.cassette; the admin API)
+        # the pytest plugin's per-test cassettes (gateway.cassettes.scoped; the admin API)
         self.tests = TestCassettes(rec, self.redactor, engine, tiers)
 
     def _test(self, turn: TurnLike) -> TestCassette | None:

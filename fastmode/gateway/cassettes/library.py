@@ -14,12 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import APIError
-from .config import ReplayConfig
-from .format import Entry, Redactor, read
-from .matching import canonical, differences, ignoring, last_user, shown, validated
-from .streams import read as transcript
-from .transcript import Transcript
+from fastmode.gateway.cassette_config import ReplayConfig
+from fastmode.gateway.cassettes.matching import (
+    canonical,
+    differences,
+    ignoring,
+    last_user,
+    shown,
+    validated,
+)
+from fastmode.gateway.cassettes.streams import read as transcript
+from fastmode.gateway.cassettes.transcript import Transcript
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.observe.exchange_format import Entry, Redactor, read
 
 
 @dataclass(frozen=True)

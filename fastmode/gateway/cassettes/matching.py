@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from ..protocols import ENDPOINTS
-from ..protocols.base import Protocol
+from fastmode.gateway.protocols import ENDPOINTS
+from fastmode.gateway.protocols.base import Protocol
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in ENDPOINTS.values()}
 _DELIVERY = {"stream"}

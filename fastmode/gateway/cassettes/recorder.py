@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..pipeline.job import Job
-from ..protocols.events import Frames
-from ..state import COMPLETED, FAILED
-from .config import RecordConfig, secret_header
-from .format import VERSION, Redactor, dumps, event_item
-from .library import Wire
+from fastmode.gateway.cassette_config import RecordConfig, secret_header
+from fastmode.gateway.cassettes.library import Wire
+from fastmode.gateway.observe.exchange_format import VERSION, Redactor, dumps, event_item
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.state import COMPLETED, FAILED
+from fastmode.gateway.values.job import Job
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""The replay backend: an ``Admission`` (``gateway.pipeline.tickets``) that serves recorded exchanges.
+"""The replay backend: an ``Admission`` (``gateway.engines.tickets``) that serves recorded exchanges.
 
 With ``--replay DIR`` every tier's backend is this one, so a replayed request goes through the
 one admission path like any other — authentication, routing, the context window, the key's
@@ -27,16 +27,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fastmode.backends.engine import Tier
-
-from ..edge.netem import network_time
-from ..errors import APIError
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Ticket
-from .config import ReplayConfig
-from .library import Library, Recording, current
-from .replay_stream import ReplayStream
-from .reply import RecordedReply, generation
+from fastmode.gateway.cassette_config import ReplayConfig
+from fastmode.gateway.cassettes.library import Library, Recording, current
+from fastmode.gateway.cassettes.replay_stream import ReplayStream
+from fastmode.gateway.cassettes.reply import RecordedReply, generation
+from fastmode.gateway.engines.engine_admission import EngineAdmission
+from fastmode.gateway.engines.tickets import Ticket
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.netem import network_time
+from fastmode.gateway.values.job import Job
 
 CASSETTE_HEADER = "x-fastmode-cassette"  # on a replayed answer: the file:line it came from
 

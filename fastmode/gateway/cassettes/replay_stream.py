@@ -1,7 +1,7 @@
 """A recorded exchange's events handed out at their recorded times: ``ReplayStream``.
 
 It stands where an engine job has the engine's ``TokenStream`` (the ``TokenSource`` contract,
-``gateway.pipeline.token_source``), with one difference of unit: what it counts is *recorded events*,
+``gateway.values.token_source``), with one difference of unit: what it counts is *recorded events*,
 not tokens — the cassette encoder (``gateway.cassettes.encoder``) turns the i-th unit into the
 i-th recorded event, so the client gets the recorded bytes, event by event. A non-streamed
 exchange is one unit: its body, at its recorded time.

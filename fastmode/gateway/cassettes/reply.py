@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from fastmode.backends.mockmodel import Generation, Piece, ToolCall
 from fastmode.backends.tokenizer import tokenize
-
-from .transcript import Transcript
+from fastmode.gateway.cassettes.transcript import Transcript
 
 
 def tool_calls(tr: Transcript) -> tuple[ToolCall, ...]:
@@ -31,7 +30,7 @@ def text(tr: Transcript) -> str:
 
 
 class RecordedReply:
-    """The ``Reply`` of a replayed exchange (``gateway.pipeline.token_source``): what it said, and the
+    """The ``Reply`` of a replayed exchange (``gateway.values.token_source``): what it said, and the
     output tokens its usage reported (billed as such)."""
 
     __slots__ = ("pieces", "text", "tool_calls", "finish_reason", "stop_sequence",

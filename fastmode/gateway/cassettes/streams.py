@@ -16,10 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from fastmode.backends.mockmodel import Piece
-
-from . import exact
-from .format import Entry, Event
-from .transcript import (
+from fastmode.gateway.cassettes import exact
+from fastmode.gateway.cassettes.transcript import (
     BODIES,
     Transcript,
     internal_tool_id,
@@ -28,6 +26,7 @@ from .transcript import (
     obj,
     responses_object,
 )
+from fastmode.gateway.observe.exchange_format import Entry, Event
 
 DONE = "[DONE]"
 

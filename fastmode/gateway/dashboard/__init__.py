@@ -16,9 +16,9 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.responses import Response, StreamingResponse
 
-from ..edge.json_response import json_response
-from ..errors import APIError
-from .feed import Dashboard
+from fastmode.gateway.dashboard.feed import Dashboard
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.json_response import json_response
 
 ASSETS = {
     "dashboard.js": "text/javascript; charset=utf-8",

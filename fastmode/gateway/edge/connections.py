@@ -43,9 +43,9 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import get_local_addr, get_remote_addr, is_ssl
 
-from ..errors import APIError
-from ..observe.rejections import log_rejected
-from ..stored.ids import new_id
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.observe.rejections import log_rejected
+from fastmode.gateway.values.ids import new_id
 
 LINGER_S = 1.0  # a refused head: further bytes are dropped this long before the close
 HANG_UP = "on_hang_up"  # attribute of a request's cycle: what to call if the client goes away
@@ -223,7 +223,9 @@ def release(protocol: Any) -> None:
 def _answer(status: int, reason: str, path: bytes, error: APIError,
             extra: bytes = b"") -> bytes:
     """A whole ``connection: close`` response with the error body in the route's format."""
-    from ..protocols import for_path  # the route's own error format (OpenAI's, Anthropic's)
+    from fastmode.gateway.protocols import (
+        for_path,  # the route's own error format (OpenAI's, Anthropic's)
+    )
 
     route = path.split(b"?", 1)[0].decode("latin-1")
     body = orjson.dumps(for_path(route).error_body(error, new_id("req")))

@@ -8,7 +8,7 @@ restart; a remote tier when no upstream is in rotation. It answers 503 when the 
 shutting down or no tier can serve (a load balancer should stop sending), and 200 otherwise,
 with the tiers that cannot serve named in the body, and ``"degraded"`` with the replicas out of
 routing (``unhealthy_replicas``) and those that failed lately (``recent_replica_failures``,
-``gateway.observe.replica_health``).
+``gateway.edge.replica_health``).
 
 vLLM's probe surface, answered as vLLM answers it, because load generators and orchestrators
 probe it before they start (guidellm validates its backend with ``GET /health`` and stops on
@@ -26,8 +26,8 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.responses import Response
 
-from ..pipeline.admission import Gateway
-from .json_response import json_response
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
 
 
 def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:

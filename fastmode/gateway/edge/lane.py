@@ -27,9 +27,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import protocols
-from ..errors import APIError
-from ..stored.ids import new_id
+from fastmode.gateway import protocols
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.values.ids import new_id
 
 log = logging.getLogger("fastmode.app")
 

@@ -33,9 +33,9 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from ..pipeline.admission import Gateway, shutting_down
-from ..state import SHUTDOWN
-from .connections import release
+from fastmode.gateway.edge.connections import release
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.state import SHUTDOWN
 
 log = logging.getLogger("fastmode.shutdown")
 MARGIN_S = 5.0  # uvicorn's own graceful timeout: our grace period plus this

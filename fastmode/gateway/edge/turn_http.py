@@ -1,7 +1,7 @@
 """The HTTP side of the turn pipeline: the route of each protocol, and its streaming response.
 
 ``TurnStream`` is Starlette's ``StreamingResponse`` of pre-encoded bytes (the measured fastest
-way to stream here, see ``gateway.edge.app``) with three additions, none per token:
+way to stream here, see ``gateway.app``) with three additions, none per token:
 
 * it marks each write (``turn.writing_since``) so the watchdog can tell a reader that stopped
   reading: a write still pending after ``server.stream_max_lag_s`` means the client's socket
@@ -26,24 +26,24 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from ..endpoints.background import Background
-from ..errors import APIError
-from ..money import cost_text
-from ..pipeline.admission import Gateway, shutting_down
-from ..pipeline.fault_kinds import Kind
-from ..pipeline.tickets import ClientGone
-from ..pipeline.turn import Turn
-from ..protocols.base import Protocol, RequestContext
-from ..state import CUT, FAILED
-from ..stored.ids import new_id
-from ..stored.ownership import deferred
-from .connections import DirectResponse, hang_up_hook, on_hang_up
-from .offload import OFFLOAD_BYTES, counted, off_loop, validated
+from fastmode.gateway.edge.connections import DirectResponse, hang_up_hook, on_hang_up
+from fastmode.gateway.endpoints.background import Background
+from fastmode.gateway.engines.tickets import ClientGone
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.fault_kinds import Kind
+from fastmode.gateway.http.offload import OFFLOAD_BYTES, counted, off_loop, validated
+from fastmode.gateway.money import cost_text
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.state import CUT, FAILED
+from fastmode.gateway.stored.ownership import deferred
+from fastmode.gateway.values.ids import new_id
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 _SSE_RAW = [(k.encode(), v.encode()) for k, v in SSE_HEADERS.items()]
 _SSE_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
-# The server's own ``send``, put in the scope by the app (``gateway.edge.app``) while none of its
+# The server's own ``send``, put in the scope by the app (``gateway.app``) while none of its
 # middleware rewrites a response body: token events are written with it, past the per-message
 # wrappers Starlette's middleware puts around ``send`` (they only watch for the response start,
 # which still goes through them), and from the engine's step (push mode). Without it (a
@@ -254,7 +254,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             if req.__dict__.get("background"):  # Responses' background mode
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
-            make = partial(counted, gateway, protocol.name, Turn, gateway, protocol, req, ctx,
+            make = partial(counted, gateway.spec.max_context_window, protocol.name, Turn, gateway, protocol, req, ctx,
                            request_id=request_id, arrived=arrived)
             turn = make() if inline else await off_loop(len(raw), make)
             if turn.trace is not None:  # the body, kept on opt-in (gateway.observe.tracing)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..pipeline.admission import Gateway
-from ..pipeline.turn_errors import lagging
-from ..state import CUT
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.pipeline.turn_errors import lagging
+from fastmode.gateway.state import CUT
 
 log = logging.getLogger("fastmode.watchdog")
 

@@ -24,14 +24,14 @@ from pydantic import Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..config import FaultRule
-from ..edge.json_response import json_response
-from ..errors import APIError, bad_request
-from ..faults import NAMESPACE, TEST_ID_HEADER
-from ..pipeline.admission import Gateway
-from ..protocols.base import parse_json
-from ..stored.ids import new_id
-from ..stored.ownership import is_key_id, key_id
+from fastmode.gateway.config import FaultRule
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.faults import NAMESPACE, TEST_ID_HEADER
+from fastmode.gateway.http.json_body import parse_json
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.stored.ownership import is_key_id, key_id
+from fastmode.gateway.values.ids import new_id
 
 MAX_RULES = 1000
 

@@ -35,14 +35,14 @@ from typing import Any
 import orjson
 from starlette.responses import Response, StreamingResponse
 
-from ..errors import APIError, bad_request
-from ..pipeline.admission import Gateway
-from ..pipeline.turn import Turn
-from ..protocols.base import Protocol, RequestContext
-from ..protocols.events import Frames, sse_framed
-from ..protocols.openai_responses import ResponsesEncoder
-from ..stored.response_store import ResponseStore, StoredResponse
-from .responses_api import stored_body
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames, sse_framed
+from fastmode.gateway.protocols.openai_responses import ResponsesEncoder
+from fastmode.gateway.stored.response_body import stored_body
+from fastmode.gateway.stored.response_store import ResponseStore, StoredResponse
 
 CANCELS = "background-cancel"  # settings namespace: cancels asked on another process
 KEEP_FINISHED = 32  # finished runs kept in memory for replay (GET ?stream=true)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..errors import APIError
-from ..protocols import CHAT
-from ..protocols.openai_responses.schema import CONVERSATIONS_REFUSED
-from ..stored.ids import new_id
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols import CHAT
+from fastmode.gateway.protocols.openai_responses.schema import CONVERSATIONS_REFUSED
+from fastmode.gateway.values.ids import new_id
 
 METHODS = ["GET", "POST", "DELETE"]
 

@@ -29,16 +29,15 @@ from starlette.responses import Response
 from fastmode.backends.embeddings import EmbeddingPool, embed, prefill_cost_per_token, shortened
 from fastmode.backends.perf import Placement
 from fastmode.backends.tokenizer import count_tokens
-
-from .. import money
-from ..config import EmbeddingModelConfig
-from ..edge.json_response import json_response
-from ..edge.offload import off_loop, parse_body
-from ..errors import APIError, bad_request
-from ..pipeline.admission import Gateway
-from ..protocols import CHAT
-from ..state import COMPLETED, UsageRow
-from ..stored.ids import new_id
+from fastmode.gateway import money
+from fastmode.gateway.config import EmbeddingModelConfig
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.http.offload import off_loop, parse_body
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.protocols import CHAT
+from fastmode.gateway.state import COMPLETED, UsageRow
+from fastmode.gateway.values.ids import new_id
 
 TIER = "embeddings"  # the ledger's tier for embedding requests
 hold = asyncio.sleep  # how a reply waits for its modeled time (tests record it instead)

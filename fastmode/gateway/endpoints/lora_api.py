@@ -20,8 +20,8 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
-from ..pipeline.admission import Gateway
-from ..pipeline.lora_registry import LoraError
+from fastmode.gateway.engines.lora_registry import LoraError
+from fastmode.gateway.pipeline.admission import Gateway
 
 
 class LoadLoRAAdapter(BaseModel):

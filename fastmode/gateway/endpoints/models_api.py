@@ -26,11 +26,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from .. import protocols
-from ..edge.json_response import json_response
-from ..errors import APIError, bad_request
-from ..pipeline.admission import Gateway
-from ..stored.ids import new_id
+from fastmode.gateway import protocols
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.values.ids import new_id
 
 ANTHROPIC_MAX_LIMIT = 1000
 ANTHROPIC_DEFAULT_LIMIT = 20

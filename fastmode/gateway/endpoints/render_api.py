@@ -20,14 +20,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..errors import bad_request
-from ..pipeline.admission import Gateway
-from ..pipeline.block_keys import prompt_ids
-from ..pipeline.request import TurnRequest
-from ..protocols import ENDPOINTS
-from ..protocols.base import RequestContext, parse_json
-from ..stored.ids import new_id
+from fastmode.gateway.engines.block_keys import prompt_ids
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.http.json_body import parse_json
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.protocols import ENDPOINTS
+from fastmode.gateway.protocols.base import RequestContext
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.request import TurnRequest
 
 MAX_PROMPTS = 64  # prompts one Completions render may carry
 

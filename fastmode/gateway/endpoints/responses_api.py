@@ -6,7 +6,7 @@ and from the shared state (past this process's memory) by the others; ``?stream=
 its events, and ``cancel`` stops it (only a background response can be cancelled).
 
 They read what ``POST /v1/responses`` kept in the shared state (``gateway.state``): a response
-with ``store`` not false keeps its response object and its input items (``stored_body``), so
+with ``store`` not false keeps its response object and its input items (``gateway.stored.response_body``), so
 any gateway process sharing the state answers. A response that was not stored (``store:
 false``), was deleted, or never existed is a 404 in OpenAI's format, as the provider answers.
 Input items are listed newest first by default (``order=asc`` for oldest first), ``limit``
@@ -20,18 +20,18 @@ revealed), and the admin key reads and deletes every key's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response, StreamingResponse
 
-from ..edge.pages import page
-from ..errors import APIError, bad_request
-from ..state import StoredResponse
-from ..stored.ownership import caller
-from ..stored.response_store import ResponseStore
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.pages import page
+from fastmode.gateway.state import StoredResponse
+from fastmode.gateway.stored.ownership import caller
+from fastmode.gateway.stored.response_store import ResponseStore
 
 ACTIVE = ("queued", "in_progress")  # a background response still running
 
@@ -43,50 +43,6 @@ def _json(body: Any, status: int = 200) -> Response:
 def _error(error: APIError) -> Response:
     return Response(orjson.dumps(error.body()), error.status, headers=error.headers,
                     media_type="application/json")
-
-
-def _text_parts(content: Any, kind: str) -> list[dict[str, Any]]:
-    if isinstance(content, str):
-        return [{"type": kind, "text": content}]
-    if isinstance(content, list):
-        return [dict(p) for p in content if isinstance(p, Mapping)]
-    return []
-
-
-def input_items(rid: str, items: str | Sequence[Any]) -> list[dict[str, Any]]:
-    """A request's ``input`` as the items ``input_items`` lists (each with an id and status)."""
-    if isinstance(items, str):
-        items = [{"type": "message", "role": "user", "content": items}]
-    suffix = rid.removeprefix("resp_")
-    out: list[dict[str, Any]] = []
-    for i, raw in enumerate(items):
-        if not isinstance(raw, Mapping):
-            continue
-        item = dict(raw)
-        kind = item.get("type", "message")
-        if kind == "message" or ("role" in item and "type" not in item):
-            role = item.get("role", "user")
-            part = "output_text" if role == "assistant" else "input_text"
-            item = {"type": "message", "role": role, "status": "completed",
-                    "content": _text_parts(item.get("content"), part)}
-            prefix = "msg"
-        elif kind == "function_call_output":
-            prefix = "fco"
-        elif kind == "function_call":
-            prefix = "fc"
-        else:
-            prefix = "item"
-        item.setdefault("status", "completed")
-        item["id"] = item.get("id") or f"{prefix}_{suffix}_{i}"
-        out.append(item)
-    return out
-
-
-def stored_body(response: dict[str, Any], req: Any) -> dict[str, Any]:
-    """What a stored response keeps for these endpoints: the response object as the POST
-    answered it, and the request's input items."""
-    return {"response": response,
-            "input_items": input_items(response["id"], req.input)}
 
 
 def _not_found(rid: str) -> APIError:

@@ -20,9 +20,9 @@ import orjson
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from ..errors import APIError, bad_request
-from ..stored.ownership import caller
-from ..stored.stored_chat import StoredChats, check_metadata
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.stored.ownership import caller
+from fastmode.gateway.stored.stored_chat import StoredChats, check_metadata
 
 
 def _json(body: Any) -> Response:

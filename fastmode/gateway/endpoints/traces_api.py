@@ -15,8 +15,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import APIError, bad_request
-from ..stored.ownership import caller
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.stored.ownership import caller
 
 
 def _int(request: Request, name: str, default: int) -> int:

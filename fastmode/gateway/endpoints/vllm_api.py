@@ -32,11 +32,10 @@ from starlette.responses import Response
 from fastmode.backends.mockmodel.request import ToolSpec
 from fastmode.backends.sleep import LEVELS, SleepState, wake_seconds
 from fastmode.backends.token_ids import tool_dict
-
-from ..edge.json_response import json_response
-from ..errors import bad_request
-from ..pipeline.admission import Gateway
-from . import lora_api, render_api
+from fastmode.gateway.endpoints import lora_api, render_api
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.pipeline.admission import Gateway
 
 
 class _Body(BaseModel):

@@ -5,9 +5,15 @@ fault a request gets and renders status faults as errors; the turn pipeline (``g
 applies them, once for every protocol and both transports. See docs/faults.md.
 """
 
-from ..pipeline.fault_kinds import KINDS, STATUS_ANSWERS, STATUS_KINDS, STREAM_KINDS, Kind
-from .injector import NAMESPACE, FaultInjector
-from .spec import HEADER, TEST_ID_HEADER, Fault, parse_header
+from fastmode.gateway.fault_kinds import (
+           KINDS,
+           STATUS_ANSWERS,
+           STATUS_KINDS,
+           STREAM_KINDS,
+           Kind,
+)
+from fastmode.gateway.faults.injector import NAMESPACE, FaultInjector
+from fastmode.gateway.values.fault_spec import HEADER, TEST_ID_HEADER, Fault, parse_header
 
 __all__ = ["HEADER", "KINDS", "NAMESPACE", "STATUS_ANSWERS", "STATUS_KINDS", "STREAM_KINDS",
            "TEST_ID_HEADER", "Fault", "FaultInjector", "Kind", "parse_header"]

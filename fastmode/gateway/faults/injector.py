@@ -15,15 +15,21 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ..config import FaultsConfig, ServerConfig
-from ..errors import APIError, retry_headers
-from ..observe.metrics import Metrics
-from ..pipeline.fault_kinds import Kind
-from ..state import StateBackend
-from .spec import HEADER, TEST_ID_HEADER, Fault, from_rule, parse_header
+from fastmode.gateway.config import FaultsConfig, ServerConfig
+from fastmode.gateway.errors import APIError, retry_headers
+from fastmode.gateway.fault_kinds import Kind
+from fastmode.gateway.observe.metrics import Metrics
+from fastmode.gateway.state import StateBackend
+from fastmode.gateway.values.fault_spec import (
+    HEADER,
+    TEST_ID_HEADER,
+    Fault,
+    from_rule,
+    parse_header,
+)
 
 if TYPE_CHECKING:
-    from ..testing import TestScopes
+    from fastmode.gateway.testing import TestScopes
 
 log = logging.getLogger("fastmode.faults")
 

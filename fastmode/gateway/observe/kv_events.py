@@ -24,8 +24,13 @@ import zmq
 import zmq.asyncio
 
 from fastmode.backends.config import KVEventsConfig
-
-from .kv_wire import ENCODER, AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
+from fastmode.gateway.observe.kv_wire import (
+    ENCODER,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+)
 
 log = logging.getLogger("fastmode.kv_events")
 END_SEQ = (-1).to_bytes(8, "big", signed=True)

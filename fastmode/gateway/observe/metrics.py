@@ -15,8 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from fastmode.backends.scheduler import Scheduler
-
-from .tier_metrics import Family, TierFamilies
+from fastmode.gateway.observe.tier_metrics import Family, TierFamilies
 
 
 class Rendered(Protocol):

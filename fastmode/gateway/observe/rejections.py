@@ -31,8 +31,8 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..errors import APIError
-from ..stored.key_ids import key_id
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.values.key_ids import key_id
 
 log = logging.getLogger("fastmode.requests")
 

@@ -1,7 +1,7 @@
 """What a client sent, as a trace keeps it (``x-fastmode-trace: body``, ``serve --trace-bodies``).
 
 A traced request's body is kept as parsed JSON with its headers, redacted by the recorder's own
-``Redactor`` (``gateway.cassettes.format``: the ``[record] redact`` patterns and
+``Redactor`` (``gateway.observe.exchange_format``: the ``[record] redact`` patterns and
 ``redact_hook``, so a trace never shows what a cassette would not) and bounded, because the
 ring keeps ``server.trace_keep`` of them and a coding agent's request carries its whole
 conversation:
@@ -16,7 +16,7 @@ conversation:
 Strings are redacted before they are cut, so a key that straddles the cut is never left half
 shown; the walk before redaction keeps ``_MARGIN`` characters past the cut for that, so a
 16 MB string is not run through the patterns whole. Headers that may carry a credential
-(``gateway.cassettes.config.secret_header``: ``authorization``, ``x-api-key``, cookies, any
+(``gateway.cassette_config.secret_header``: ``authorization``, ``x-api-key``, cookies, any
 name with key/token/secret/auth) are kept by name with the value ``[REDACTED]``.
 
 All of it runs only for a request traced with bodies, once, when its trace is kept.
@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from ..cassettes.config import REDACTED, secret_header
-from ..cassettes.format import Redactor
+from fastmode.gateway.cassette_config import REDACTED, secret_header
+from fastmode.gateway.observe.exchange_format import Redactor
 
 MAX_DEPTH = 32
 _MARGIN = 256  # characters kept past the cut until redaction (longer than any key pattern)

@@ -40,9 +40,9 @@ from typing import Any
 
 import orjson
 
-from ..cassettes.format import Redactor
-from ..stored.ownership import Caller
-from .trace_bodies import BodyBounds, capture, headers, parsed
+from fastmode.gateway.observe.exchange_format import Redactor
+from fastmode.gateway.observe.trace_bodies import BodyBounds, capture, headers, parsed
+from fastmode.gateway.stored.ownership import Caller
 
 log = logging.getLogger("fastmode.tracing")
 

@@ -37,8 +37,7 @@ from prometheus_client.utils import floatToGoString
 
 from fastmode.backends.drivers import RealtimeReplica
 from fastmode.backends.scheduler import Scheduler, StepResult
-
-from .tier_metrics import Hist
+from fastmode.gateway.observe.tier_metrics import Hist
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so that dashboards' quantiles read the same
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,

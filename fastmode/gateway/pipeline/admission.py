@@ -5,9 +5,9 @@ the state backend (ledger, buckets, responses, settings), the metrics, the turns
 (for the stalled-reader watchdog and graceful shutdown) — and runs the one admission path of
 every tier: ``decide`` resolves a request once (``gateway.pipeline.decision``), ``admit`` runs the
 checks every tier gets (context window, the key's limits) and hands a ``Ticket`` to the tier's
-backend (``gateway.pipeline.tickets``: the in-process engine, ``gateway.pipeline.engine_admission``, or a remote
+backend (``gateway.engines.tickets``: the in-process engine, ``gateway.engines.engine_admission``, or a remote
 pool, ``gateway.remote``), then applies the overflow policy of the role when the backend
-refuses (``gateway.pipeline.overflow``). No physics and no wire format live here.
+refuses (``gateway.engines.overflow``). No physics and no wire format live here.
 """
 
 from __future__ import annotations
@@ -21,28 +21,29 @@ from typing import Any, Protocol
 from fastmode.backends.drivers import PoolHandle, RealtimeFleet
 from fastmode.backends.engine import EngineSpec, Tier, build
 from fastmode.backends.scheduler import Scheduler
-
-from ..cassettes.format import Redactor, load_hook
-from ..cassettes.hooks import Cassettes
-from ..config import Config
-from ..errors import APIError
-from ..faults import FaultInjector, Kind
-from ..observe.metrics import Metrics, add_gauge
-from ..observe.trace_bodies import BodyBounds
-from ..observe.tracing import Traces
-from ..state import StateBackend, UsageRow, open_state
-from ..stored.ledger import job_row
-from ..testing import TestScopes
-from . import overflow, ratelimit
-from .auth import Authenticator
-from .decision import Decision, decide
-from .engine_admission import EngineAdmission
-from .job import Job
-from .lora_registry import LoraRegistry
-from .request import TurnRequest
-from .routing import Router, busy
-from .settlement import settle
-from .tickets import Admission, Refused, Ticket
+from fastmode.gateway.cassettes.hooks import Cassettes
+from fastmode.gateway.config import Config
+from fastmode.gateway.engines import overflow
+from fastmode.gateway.engines.engine_admission import EngineAdmission
+from fastmode.gateway.engines.lora_registry import LoraRegistry
+from fastmode.gateway.engines.tickets import Admission, Refused, Ticket
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.faults import FaultInjector, Kind
+from fastmode.gateway.observe.exchange_format import Redactor, load_hook
+from fastmode.gateway.observe.metrics import Metrics, add_gauge
+from fastmode.gateway.observe.trace_bodies import BodyBounds
+from fastmode.gateway.observe.tracing import Traces
+from fastmode.gateway.pipeline import ratelimit
+from fastmode.gateway.pipeline.decision import decide
+from fastmode.gateway.pipeline.routing import Router, busy
+from fastmode.gateway.pipeline.settlement import settle
+from fastmode.gateway.state import StateBackend, UsageRow, open_state
+from fastmode.gateway.stored.ledger import job_row
+from fastmode.gateway.testing import TestScopes
+from fastmode.gateway.values.auth import Authenticator
+from fastmode.gateway.values.decision import Decision
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 
 class InFlight(Protocol):
@@ -63,7 +64,7 @@ class Gateway:
         self.spec: EngineSpec = build(config.sim())
         self.router = Router(config, self.spec)
         self.engine = EngineAdmission(self.spec, config.server)
-        # LoRA adapters served as models of their own (gateway.pipeline.lora_registry)
+        # LoRA adapters served as models of their own (gateway.engines.lora_registry)
         self.engine.loras = self.loras = LoraRegistry(config, self.spec)
         self.router.adapters = self.loras.bases
         self.metrics = Metrics(self.engine.replica_states)

@@ -37,8 +37,7 @@ from time import monotonic
 from typing import Any, Protocol
 
 from fastmode.backends.drivers.token_stream import TokenStream
-
-from ..observe.tracing import Trace
+from fastmode.gateway.observe.tracing import Trace
 
 
 class Pusher(Protocol):

@@ -14,9 +14,9 @@ with its limit not counted and no rate-limit headers (counted in
 
 from __future__ import annotations
 
-from ..observe.metrics import Metrics
-from ..state import StateBackend, StateUnavailable
-from .auth import Authenticator, Principal
+from fastmode.gateway.observe.metrics import Metrics
+from fastmode.gateway.state import StateBackend, StateUnavailable
+from fastmode.gateway.values.auth import Authenticator, Principal
 
 
 async def take(auth: Authenticator, state: StateBackend, fail_open: bool, metrics: Metrics,

@@ -1,6 +1,6 @@
 """Which tier serves a request, and how many tokens it may ask for.
 
-A model id maps each role (``gateway.pipeline.roles``: standard, fast, flex, ...) to a tier
+A model id maps each role (``gateway.values.roles``: standard, fast, flex, ...) to a tier
 (``[routes.MODEL]``); the protocol's vocabulary has already turned the wire's words
 (``service_tier``, ``speed``, the ``/fast/v1`` path) into the role asked for. Routing gives a
 ``Routed``: the role that serves and its tier, and the tier a premium role falls back to. A
@@ -9,7 +9,7 @@ role says (``Role.if_absent``); a premium role routed to the standard tier itsel
 ``frontier-spark``, whose fast and standard are one pool) is the standard role.
 
 The roles a route hands out carry the model's own echo words (``Role.echo``), and a ``Routed``
-carries the model's ``PriceRule`` (``gateway.pipeline.price_eras``): what the request is billed follows
+carries the model's ``PriceRule`` (``gateway.values.price_eras``): what the request is billed follows
 the model id and the role that serves it, never a tier's name.
 """
 
@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastmode.backends.engine import EngineSpec, Tier
-
-from ..config import Config
-from ..errors import APIError, retry_headers
-from .price_eras import PriceRule
-from .roles import STANDARD, Role, role
+from fastmode.gateway.config import Config
+from fastmode.gateway.errors import APIError, retry_headers
+from fastmode.gateway.values.price_eras import PriceRule
+from fastmode.gateway.values.roles import STANDARD, Role, role
 
 MAX_CACHED_ROUTES = 4096  # (model, role) pairs resolved once; past it, resolved per request
 
@@ -59,7 +58,7 @@ class Router:
         # (model, role asked) -> Routed: the config is fixed, so a route is resolved once
         self._routed: dict[tuple[str, str], Routed] = {}
         # LoRA adapter -> the model id it adapts: served as that model's route
-        # (gateway.pipeline.lora_registry keeps it)
+        # (gateway.engines.lora_registry keeps it)
         self.adapters: dict[str, str] = {}
 
     @property

@@ -9,11 +9,10 @@ to a slow reader. The ledger row (``gateway.stored.ledger``) says how it ended a
 from __future__ import annotations
 
 from fastmode.backends.scheduler import CANCELLED
-
-from ..observe.metrics import Metrics
-from ..state import CANCELLED as ENDED_CANCELLED
-from ..state import COMPLETED
-from .job import Job
+from fastmode.gateway.observe.metrics import Metrics
+from fastmode.gateway.state import CANCELLED as ENDED_CANCELLED
+from fastmode.gateway.state import COMPLETED
+from fastmode.gateway.values.job import Job
 
 
 def generated_tokens(job: Job) -> int:

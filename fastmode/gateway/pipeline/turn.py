@@ -9,9 +9,8 @@ Every protocol (``gateway.protocols``) and both transports run the same code:
 
 ``Turn.start`` is where faults (``gateway.faults``) meet every protocol (status faults and
 ``timeout`` before admission, the mid-stream kinds in ``_events``). The watchdog and a graceful
-shutdown (``gateway.edge``) find a turn in ``gateway.turns`` and end it with ``abort``: the job
-is cancelled and the stream closes with the protocol's error event. ``gateway.edge.turn_http``
-wraps it for HTTP, ``gateway.websocket`` for the websocket."""
+shutdown find a turn in ``gateway.turns`` and end it with ``abort`` (the job cancelled, the
+protocol's error event). ``gateway.edge.turn_http`` and ``gateway.websocket`` wrap it."""
 
 from __future__ import annotations
 
@@ -24,23 +23,28 @@ from time import monotonic
 from typing import Any
 
 from fastmode.backends.drivers import TokenStream
-
-from ..cassettes.recorder import Tape
-from ..errors import APIError
-from ..faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
-from ..observe.tracing import Trace
-from ..protocols.base import Encoder, Protocol, RequestContext
-from ..protocols.events import Frames
-from ..state import CUT, FAILED
-from ..stored.ids import new_id
-from ..stored.ledger import rejection_row
-from .admission import Gateway, shutting_down
-from .decision import Decision
-from .job import Job
-from .push import Push, WriteFailed, pushing
-from .request import TurnRequest
-from .tickets import ClientGone
-from .turn_errors import MALFORMED_BODY, MALFORMED_EVENT, drain, internal_error, lagging
+from fastmode.gateway.cassettes.recorder import Tape
+from fastmode.gateway.engines.tickets import ClientGone
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.faults import STATUS_ANSWERS, STREAM_KINDS, Fault, Kind
+from fastmode.gateway.observe.tracing import Trace
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.pipeline.push import Push, WriteFailed, pushing
+from fastmode.gateway.pipeline.turn_errors import (
+    MALFORMED_BODY,
+    MALFORMED_EVENT,
+    drain,
+    internal_error,
+    lagging,
+)
+from fastmode.gateway.protocols.base import Encoder, Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.state import CUT, FAILED
+from fastmode.gateway.stored.ledger import rejection_row
+from fastmode.gateway.values.decision import Decision
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 log = logging.getLogger("fastmode.turn")
 
@@ -392,10 +396,9 @@ class Turn:
         yield frame(enc.closing())
 
     def _as_sent(self) -> Encoder:
-        """The encoder in the state of what was sent. One that encoded ahead of the stream
-        (``gateway.protocols.events``) is rebuilt and replayed up to the tokens sent, so
-        an early end (``failed``, ``cancelled``) carries the partial output and the sequence
-        numbers the client saw. Once per early end, never on the hot path."""
+        """The encoder in the state of what was sent: one that encoded ahead of the stream is
+        rebuilt and replayed up to the tokens sent, so an early end (``failed``, ``cancelled``)
+        carries the output and sequence numbers the client saw. Never on the hot path."""
         enc, job = self.encoder, self.job
         assert enc is not None and job is not None
         sent = enc.ran_ahead()
@@ -414,8 +417,7 @@ class Turn:
         return fresh
 
     def _clock(self) -> Callable[[], float]:
-        """The clock the stream's due times are on: the engine's (modeled seconds, scaled by
-        ``server.time_scale``), or the loop's for a remote tier's stream."""
+        """The stream's clock: the engine's (modeled, scaled), or the loop's (a remote tier)."""
         stream = self.job.stream if self.job is not None else None
         if isinstance(stream, TokenStream):
             return stream.replica.clock
@@ -441,8 +443,6 @@ class Turn:
         elif fault.kind is Kind.ERROR_EVENT:
             yield frame(self._as_sent().failed(self.gateway.faults.stream_error(fault)))
             self.settle(500, FAILED, "fault")
-
-    # -- non-streaming --------------------------------------------------------------------
 
     async def wait(self, disconnected: Callable[[], Awaitable[None]]) -> bool:
         """Drain the job's tokens; False if ``disconnected`` returned first (job cancelled)."""

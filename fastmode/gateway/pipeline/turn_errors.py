@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from ..errors import APIError
-from .job import Job
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.values.job import Job
 
 # the event type a `malformed` fault breaks, per protocol (the SDKs parse these)
 MALFORMED_EVENT = {"responses": "response.output_text.delta", "messages": "content_block_delta"}

@@ -1,14 +1,17 @@
-"""The protocol plug-ins and the paths they serve (under ``/v1`` and ``/fast/v1``)."""
+"""The protocol plug-ins and the paths they serve (under ``/v1`` and ``/fast/v1``): each says
+how its wire format looks (schema, translation to a ``TurnRequest``, encoder, vocabulary) and
+knows nothing of the pipeline that runs it; imports ``values``, ``http``, ``stored`` and
+``observe``."""
 
 from __future__ import annotations
 
-from .anthropic_messages import MessagesProtocol
-from .base import Encoder, Protocol, RequestContext
-from .events import Frames
-from .openai_chat import ChatProtocol
-from .openai_completions import CompletionsProtocol
-from .openai_responses import ResponsesProtocol
-from .openai_responses.compact import CompactProtocol
+from fastmode.gateway.protocols.anthropic_messages import MessagesProtocol
+from fastmode.gateway.protocols.base import Encoder, Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.openai_chat import ChatProtocol
+from fastmode.gateway.protocols.openai_completions import CompletionsProtocol
+from fastmode.gateway.protocols.openai_responses import ResponsesProtocol
+from fastmode.gateway.protocols.openai_responses.compact import CompactProtocol
 
 __all__ = ["ENDPOINTS", "Encoder", "Frames", "Protocol", "RequestContext", "for_path"]
 

@@ -19,17 +19,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from fastmode.backends.mockmodel import Generation, Piece
-
-from ..errors import APIError, bad_request
-from ..observe.rejections import Rejection, rejection
-from ..pipeline.job import Job
-from ..pipeline.request import TurnRequest
-from ..pipeline.roles import Vocabulary
-from .events import (
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.observe.rejections import Rejection, rejection
+from fastmode.gateway.protocols.events import (
     EventBuffer,
     Frames,
     Merged,
@@ -42,10 +37,13 @@ from .events import (
     texts,
     wired,
 )
-from .vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
+from fastmode.gateway.values.roles import Vocabulary
 
 if TYPE_CHECKING:
-    from ..stored.response_store import ResponseStore
+    from fastmode.gateway.stored.response_store import ResponseStore
 
 
 
@@ -219,7 +217,7 @@ class Protocol(ABC):
     limit_prefix: ClassVar[str] = "anthropic-"  # rate-limit headers of the other provider
 
     def limit_headers(self, headers: Mapping[str, str]) -> dict[str, str]:
-        """The rate-limit headers in this protocol's names (``gateway.pipeline.auth`` makes both)."""
+        """The rate-limit headers in this protocol's names (``gateway.values.auth`` makes both)."""
         drop = self.limit_prefix
         return {k: v for k, v in headers.items() if not k.startswith(drop)}
 
@@ -230,19 +228,6 @@ class Protocol(ABC):
         return error.status
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        raise bad_request("The request body is empty; expected a JSON object.")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise bad_request(
-            f"We could not parse the JSON body of your request ({exc}). The API expects a "
-            "JSON payload."
-        ) from None
-    if not isinstance(body, dict):
-        raise bad_request("The request body must be a JSON object.")
-    return body
 
 
 def validate(model: type[BaseModel], body: dict[str, Any], at: str = "") -> Any:

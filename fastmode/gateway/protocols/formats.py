@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fastmode.backends.mockmodel import ResponseFormat, SchemaRejected, ToolSpec, check_schema
-
-from ..errors import APIError, bad_request
+from fastmode.gateway.errors import APIError, bad_request
 
 
 def structured(kind: str, schema: Any, name: str, strict: bool, what: str,

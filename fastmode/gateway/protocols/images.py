@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastmode.backends.images import ImageError, data_url_size, openai_part_image
-
-from ..errors import APIError, bad_request
+from fastmode.gateway.errors import APIError, bad_request
 
 IMAGE_PARTS = ("image_url", "input_image")
 DETAILS = ("low", "high", "auto")

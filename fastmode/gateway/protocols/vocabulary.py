@@ -1,4 +1,4 @@
-"""Each provider's words for the roles (``gateway.pipeline.roles``): one table per wire vocabulary.
+"""Each provider's words for the roles (``gateway.values.roles``): one table per wire vocabulary.
 
 OpenAI's ``service_tier`` (Chat Completions, Completions, the Responses API over SSE and the
 websocket): ``priority`` and ``fast`` both ask for the fast role and the response shows
@@ -15,7 +15,7 @@ plus a route in the TOML.
 
 from __future__ import annotations
 
-from ..pipeline.roles import Vocabulary
+from fastmode.gateway.values.roles import Vocabulary
 
 OPENAI_SERVICE_TIERS = Vocabulary(
     param="service_tier",

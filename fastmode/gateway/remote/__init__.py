@@ -6,11 +6,11 @@ to a reply, ``stream`` makes that answer a ``Job``, ``rewrite`` maps upstream er
 the keep-alive client.
 """
 
-from .pool import Upstream, UpstreamPool
-from .proxy import RemoteTiers
-from .rewrite import upstream_error
-from .stream import RemoteJob, UpstreamStream
-from .translate import ChunkReader, LiveReply, upstream_payload
+from fastmode.gateway.remote.pool import Upstream, UpstreamPool
+from fastmode.gateway.remote.proxy import RemoteTiers
+from fastmode.gateway.remote.rewrite import upstream_error
+from fastmode.gateway.remote.stream import RemoteJob, UpstreamStream
+from fastmode.gateway.remote.translate import ChunkReader, LiveReply, upstream_payload
 
 __all__ = ["ChunkReader", "LiveReply", "RemoteJob", "RemoteTiers", "Upstream", "UpstreamPool",
            "UpstreamStream", "upstream_error", "upstream_payload"]

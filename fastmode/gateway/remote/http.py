@@ -104,6 +104,9 @@ class _Conn(asyncio.Protocol):
                                     if self.got_bytes else
                                     "the upstream closed the connection before answering"))
         self._wake()
+        # the parser calls back into this connection (a reference cycle): a closed one lets go
+        # of it, so that reference counting frees both, not the cyclic collector
+        del self.parser
 
     # -- httptools callbacks ------------------------------------------------------------------
 

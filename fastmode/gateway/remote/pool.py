@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 
-from ..config import RemoteTierConfig
+from fastmode.gateway.config import RemoteTierConfig
 
 
 @dataclass(eq=False)

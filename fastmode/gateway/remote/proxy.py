@@ -32,20 +32,25 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
-from ..config import Config, RemoteConfig
-from ..edge.netem import network_time
-from ..errors import APIError, retry_headers
-from ..observe.metrics import Metrics
-from ..pipeline.job import Job
-from ..pipeline.request import TurnRequest
-from ..pipeline.tickets import ClientGone, Refused, Ticket
-from ..stored.ids import new_id
-from .http import Pool, ReadTimeout, UpstreamError
-from .http import Response as UpstreamResponse
-from .pool import Upstream, UpstreamPool, _PoolCollector
-from .rewrite import upstream_error
-from .stream import RemoteJob, UpstreamStream
-from .translate import LiveReply, namespaces, reply_from_completion, upstream_payload
+from fastmode.gateway.config import Config, RemoteConfig
+from fastmode.gateway.engines.tickets import ClientGone, Refused, Ticket
+from fastmode.gateway.errors import APIError, retry_headers
+from fastmode.gateway.http.netem import network_time
+from fastmode.gateway.observe.metrics import Metrics
+from fastmode.gateway.remote.http import Pool, ReadTimeout, UpstreamError
+from fastmode.gateway.remote.http import Response as UpstreamResponse
+from fastmode.gateway.remote.pool import Upstream, UpstreamPool, _PoolCollector
+from fastmode.gateway.remote.rewrite import upstream_error
+from fastmode.gateway.remote.stream import RemoteJob, UpstreamStream
+from fastmode.gateway.remote.translate import (
+    LiveReply,
+    namespaces,
+    reply_from_completion,
+    upstream_payload,
+)
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 RETRY_STATUSES = {429, 502, 503, 504}
 
@@ -160,7 +165,7 @@ class RemoteTiers:
                         "upstreams": len(p.upstreams)} for name, p in self.pools.items()}
         return {"ready": all(t["in_rotation"] > 0 for t in tiers.values()), "tiers": tiers}
 
-    # -- admission (``gateway.pipeline.tickets.Admission``) ---------------------------------------------
+    # -- admission (``gateway.engines.tickets.Admission``) ---------------------------------------------
 
     async def admit(self, ticket: Ticket) -> RemoteJob:
         """The ticket's request on an upstream of its tier, retried across upstreams until

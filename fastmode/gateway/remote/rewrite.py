@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import orjson
 
-from ..errors import ERROR_TYPES, APIError
+from fastmode.gateway.errors import ERROR_TYPES, APIError
 
 _PASS_HEADERS = ("retry-after", "retry-after-ms", "x-should-retry")
 

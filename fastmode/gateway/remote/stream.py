@@ -20,10 +20,9 @@ from typing import Any, NoReturn
 
 from fastmode.backends.drivers.token_stream import CountStream
 from fastmode.backends.scheduler import CANCELLED, DECODE, FINISHED, WAITING
-
-from ..pipeline.job import Job
-from .http import Response, UpstreamError
-from .translate import ChunkReader, LiveReply, UpstreamFailed, usage_counts
+from fastmode.gateway.remote.http import Response, UpstreamError
+from fastmode.gateway.remote.translate import ChunkReader, LiveReply, UpstreamFailed, usage_counts
+from fastmode.gateway.values.job import Job
 
 
 class UpstreamSeq:

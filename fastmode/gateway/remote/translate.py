@@ -25,10 +25,9 @@ from fastmode.backends.images import openai_part_image
 from fastmode.backends.mockmodel import REASONING, Piece, Reasoning, ToolCall, ToolSpec
 from fastmode.backends.mockmodel.request import CUSTOM, FUNCTION
 from fastmode.backends.tokenizer import tokenize
-
-from ..errors import APIError
-from ..pipeline.request import TurnRequest
-from ..protocols.openai_responses.items import COMPACTED_CALLS
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.openai_responses.items import COMPACTED_CALLS
+from fastmode.gateway.values.request import TurnRequest
 
 DONE = b"[DONE]"
 # Responses content parts and Anthropic blocks that carry text, in Chat's part vocabulary

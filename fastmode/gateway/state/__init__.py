@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import (
+from fastmode.gateway.state.base import (
     CANCELLED,
     COMPLETED,
     CUT,
@@ -25,8 +25,8 @@ from .base import (
     Want,
     take_in_memory,
 )
-from .health import StateHealth, StateUnavailable
-from .sqlite import SQLiteState
+from fastmode.gateway.state.health import StateHealth, StateUnavailable
+from fastmode.gateway.state.sqlite import SQLiteState
 
 __all__ = [
     "CANCELLED", "COMPLETED", "CUT", "ENDINGS", "FAILED", "REJECTED", "SHUTDOWN",
@@ -43,7 +43,7 @@ def open_state(path: str | Path, flush_interval_s: float = 0.25,
     ``pending_max`` bounds what waits in memory while it is away), else the
     SQLite file at ``path`` (``:memory:`` keeps nothing)."""
     if redis_url:
-        from .redis_backend import RedisState
+        from fastmode.gateway.state.redis_backend import RedisState
 
         return RedisState(redis_url, flush_interval_s=flush_interval_s, timeout_s=timeout_s,
                           pending_max=pending_max)

@@ -53,8 +53,8 @@ from typing import Any
 
 import orjson
 
-from ..money import cost
-from .health import StateHealth
+from fastmode.gateway.money import cost
+from fastmode.gateway.state.health import StateHealth
 
 # how a request ended (UsageRow.ended)
 COMPLETED = "completed"  # the whole reply reached the client

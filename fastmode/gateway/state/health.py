@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..errors import APIError, retry_headers
+from fastmode.gateway.errors import APIError, retry_headers
 
 RETRY_S = 1.0  # what a refused client is told: the probe runs far more often than this
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .base import StateBackend
-from .sqlite import SQLiteState
-from .write_queue import Entry
+from fastmode.gateway.state.base import StateBackend
+from fastmode.gateway.state.sqlite import SQLiteState
+from fastmode.gateway.state.write_queue import Entry
 
 if TYPE_CHECKING:  # imported where Redis is the state: redis-py is ~0.1 s of a start-up
-    from .redis_backend import RedisState
+    from fastmode.gateway.state.redis_backend import RedisState
 
 log = logging.getLogger("fastmode.state.objects")
 
@@ -268,7 +268,7 @@ def objects_of(state: StateBackend) -> ObjectStore:
         if isinstance(state, SQLiteState):
             store = SQLiteObjects(state)
         else:
-            from .redis_backend import RedisState
+            from fastmode.gateway.state.redis_backend import RedisState
 
             if not isinstance(state, RedisState):
                 raise TypeError(f"no stored objects for {type(state).__name__}")

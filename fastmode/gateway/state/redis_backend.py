@@ -48,7 +48,7 @@ from typing import Any
 import orjson
 import redis
 
-from .base import (
+from fastmode.gateway.state.base import (
     TOTAL_FIELDS,
     ResponseCache,
     StateBackend,
@@ -60,9 +60,9 @@ from .base import (
     sum_rows,
     takes_after,
 )
-from .health import StateHealth, StateUnavailable
-from .redis_link import RedisLink
-from .write_queue import PENDING_MAX, Entry, WriteQueue
+from fastmode.gateway.state.health import StateHealth, StateUnavailable
+from fastmode.gateway.state.redis_link import RedisLink
+from fastmode.gateway.state.write_queue import PENDING_MAX, Entry, WriteQueue
 
 log = logging.getLogger("fastmode.state.redis")
 

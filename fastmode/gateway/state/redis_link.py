@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .health import StateHealth
+from fastmode.gateway.state.health import StateHealth
 
 T = TypeVar("T")
 

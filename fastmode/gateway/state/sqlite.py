@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from .base import (
+from fastmode.gateway.state.base import (
     ResponseCache,
     StateBackend,
     StoredResponse,
@@ -36,7 +36,7 @@ from .base import (
     Want,
     take_in_memory,
 )
-from .health import StateHealth
+from fastmode.gateway.state.health import StateHealth
 
 T = TypeVar("T")
 log = logging.getLogger("fastmode.state")

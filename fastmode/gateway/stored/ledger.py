@@ -17,12 +17,12 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..edge.json_response import json_response
-from ..errors import APIError, bad_request
-from ..pipeline.job import Job
-from ..pipeline.request import TurnRequest
-from ..state import REJECTED, StateBackend, UsageRow
-from .key_ids import key_id
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.json_response import json_response
+from fastmode.gateway.state import REJECTED, StateBackend, UsageRow
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.key_ids import key_id
+from fastmode.gateway.values.request import TurnRequest
 
 
 def billed_reasoning(job: Job) -> int:

@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..pipeline.auth import Authenticator, Principal
-from .key_ids import KEY_ID_HEX, KEY_ID_PREFIX, is_key_id, key_id
+from fastmode.gateway.values.auth import Authenticator, Principal
+from fastmode.gateway.values.key_ids import KEY_ID_HEX, KEY_ID_PREFIX, is_key_id, key_id
 
 __all__ = ["EVERYONE", "KEY_ID_HEX", "KEY_ID_PREFIX", "NOBODY", "Caller", "caller", "deferred",
            "is_key_id", "key_id"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..state import StateBackend, StoredResponse
-from ..state.base import ResponseCache
-from .ownership import NOBODY, Caller
+from fastmode.gateway.state import StateBackend, StoredResponse
+from fastmode.gateway.state.base import ResponseCache
+from fastmode.gateway.stored.ownership import NOBODY, Caller
 
 __all__ = ["ConnectionStore", "ResponseStore", "StoredResponse"]
 

@@ -14,11 +14,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..edge.pages import page
-from ..errors import APIError, bad_request
-from ..state import StateBackend
-from ..state.objects import StoredObject, objects_of
-from .ownership import Caller
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.pages import page
+from fastmode.gateway.state import StateBackend
+from fastmode.gateway.state.objects import StoredObject, objects_of
+from fastmode.gateway.stored.ownership import Caller
 
 KIND = "chat.completion"
 

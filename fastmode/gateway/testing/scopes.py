@@ -17,9 +17,8 @@ from typing import Any
 from fastmode.backends.mockmodel.pieces import finish_text, finish_tool_call
 from fastmode.backends.mockmodel.request import Generation, ToolCall, message_text
 from fastmode.backends.mockmodel.toolcalls import dumps
-
-from ..faults.spec import Fault
-from .claims import Claims
+from fastmode.gateway.testing.claims import Claims
+from fastmode.gateway.values.fault_spec import Fault
 
 MAX_TESTS = 10_000  # scopes kept at once (a plugin clears each test's at its end)
 

@@ -22,7 +22,7 @@ encoder), ending with ``response.completed`` / ``response.incomplete`` or an
 * on a graceful shutdown, new turns get an ``error`` event (503) and running ones the grace
   period, then their ``response.failed`` event, then the socket closes with 1001;
 * with ``--emulate-rtt-ms``, opening the socket costs TCP + TLS + upgrade and each turn one RTT
-  (``gateway.edge.netem``).
+  (``gateway.http.netem``).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 from starlette.websockets import WebSocket
 
-from ..edge.netem import NetworkModel
-from ..pipeline.admission import Gateway
-from .session import MAX_FRAME_BYTES, Session
+from fastmode.gateway.http.netem import NetworkModel
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.websocket.session import MAX_FRAME_BYTES, Session
 
 __all__ = ["MAX_FRAME_BYTES", "Session", "add_routes"]
 

@@ -10,9 +10,9 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from ..edge.shutdown import Shutdown
-from ..errors import APIError, bad_request
-from ..pipeline.admission import Gateway, shutting_down
+from fastmode.gateway.edge.shutdown import Shutdown
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.pipeline.admission import Gateway, shutting_down
 
 if TYPE_CHECKING:
     from starlette.websockets import WebSocket

@@ -19,24 +19,24 @@ from typing import Any
 import orjson
 from starlette.websockets import WebSocket
 
-from ..edge.netem import NetworkModel, network_time
-from ..edge.offload import checked, counted, off_loop, parse_frame
-from ..edge.shutdown import Shutdown
-from ..edge.turn_http import RAW_SEND
-from ..errors import APIError, bad_request
-from ..observe.rejections import told
-from ..pipeline.admission import Gateway
-from ..pipeline.job import Job
-from ..pipeline.turn import Turn
-from ..pipeline.turn_errors import internal_error
-from ..protocols import RESPONSES, RequestContext
-from ..protocols.events import Frames
-from ..protocols.openai_responses import ResponsesRequest
-from ..state import FAILED
-from ..stored.ids import new_id
-from ..stored.ownership import Caller
-from ..stored.response_store import ConnectionStore, ResponseStore
-from .life import ConnectionLife, limit_error
+from fastmode.gateway.edge.shutdown import Shutdown
+from fastmode.gateway.edge.turn_http import RAW_SEND
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.http.netem import NetworkModel, network_time
+from fastmode.gateway.http.offload import checked, counted, off_loop, parse_frame
+from fastmode.gateway.observe.rejections import told
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.pipeline.turn_errors import internal_error
+from fastmode.gateway.protocols import RESPONSES, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.openai_responses import ResponsesRequest
+from fastmode.gateway.state import FAILED
+from fastmode.gateway.stored.ownership import Caller
+from fastmode.gateway.stored.response_store import ConnectionStore, ResponseStore
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.websocket.life import ConnectionLife, limit_error
 
 log = logging.getLogger("fastmode.websocket")
 
@@ -319,7 +319,7 @@ class Session(ConnectionLife):
                 raise self.stopping
             if req.previous_response_id:
                 await self.cache.load(req.previous_response_id)
-            turn = await off_loop(size, counted, self.gateway, RESPONSES.name, Turn,
+            turn = await off_loop(size, counted, self.gateway.spec.max_context_window, RESPONSES.name, Turn,
                                   self.gateway, RESPONSES, req, ctx, transport="websocket",
                                   arrived=arrived)
             delay = self.network.ws_turn_s() if self.network.enabled else 0.0

@@ -5,7 +5,7 @@ shared SO_REUSEPORT port, ``aggregate`` merges their ``/metrics``, ``server`` ho
 settings every gateway process uses.
 """
 
-from .partition import WorkersError, local_deployments, partition
-from .supervisor import Supervisor, describe
+from fastmode.gateway.workers.partition import WorkersError, local_deployments, partition
+from fastmode.gateway.workers.supervisor import Supervisor, describe
 
 __all__ = ["Supervisor", "WorkersError", "describe", "local_deployments", "partition"]

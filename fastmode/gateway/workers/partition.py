@@ -13,7 +13,7 @@ traffic and are not partitioned (each worker keeps its idle copy).
 
 from __future__ import annotations
 
-from ..config import Config
+from fastmode.gateway.config import Config
 
 
 class WorkersError(ValueError):

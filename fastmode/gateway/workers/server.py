@@ -10,10 +10,10 @@ import uvicorn
 from uvicorn.config import LOG_LEVELS
 from uvicorn.logging import DefaultFormatter
 
-from ..config import Config
-from ..edge.connections import GatewayHttp
-from ..edge.shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
-from ..websocket import MAX_FRAME_BYTES
+from fastmode.gateway.config import Config
+from fastmode.gateway.edge.connections import GatewayHttp
+from fastmode.gateway.edge.shutdown import MARGIN_S, DrainingWebSocket, GatewayServer
+from fastmode.gateway.websocket import MAX_FRAME_BYTES
 
 
 def request_log(log_level: str) -> None:

@@ -48,8 +48,8 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
-from .partition import partition
+from fastmode.gateway.config import Config
+from fastmode.gateway.workers.partition import partition
 
 RESTART_GAP_S = 2.0
 
@@ -102,11 +102,11 @@ def _worker(config_json: str, index: int, sockets: list[str], host: str, port: i
             log_level: str) -> None:
     """A worker process: the gateway on its partition, on the shared port and its own socket."""
     watch_parent()
-    from ..edge.app import create_app
-    from ..testing.claims import Claims
-    from .aggregate import WorkerMetrics
-    from .server import serve
-    from .tests import WorkerTests
+    from fastmode.gateway.app import create_app
+    from fastmode.gateway.testing.claims import Claims
+    from fastmode.gateway.workers.aggregate import WorkerMetrics
+    from fastmode.gateway.workers.server import serve
+    from fastmode.gateway.workers.tests import WorkerTests
 
     config = Config.model_validate_json(config_json)
     app = create_app(config)

@@ -20,7 +20,7 @@ import httpx
 import orjson
 from starlette.types import ASGIApp, Scope
 
-from .aggregate import LOCAL_HEADER
+from fastmode.gateway.workers.aggregate import LOCAL_HEADER
 
 JOURNALS = ("/v1/fastmode/journal", "/fast/v1/fastmode/journal")
 

@@ -15,17 +15,20 @@ import orjson
 
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec
 from fastmode.backends.tokenizer import count_chat_prompt
-
-from ...errors import APIError, bad_request
-from ...pipeline.caching import messages_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ..base import Protocol, RequestContext, resolve_tool_choice
-from ..formats import strict_tools, structured
-from ..sealed import thinking_is_ours
-from ..vocabulary import ANTHROPIC_SPEEDS
-from .encoder import MessagesEncoder, anthropic_status, error_body
-from .schema import MessagesRequest
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.protocols.anthropic_messages.encoder import (
+    MessagesEncoder,
+    anthropic_status,
+    error_body,
+)
+from fastmode.gateway.protocols.anthropic_messages.schema import MessagesRequest
+from fastmode.gateway.protocols.base import Protocol, RequestContext, resolve_tool_choice
+from fastmode.gateway.protocols.formats import strict_tools, structured
+from fastmode.gateway.protocols.sealed import thinking_is_ours
+from fastmode.gateway.protocols.vocabulary import ANTHROPIC_SPEEDS
+from fastmode.gateway.values.caching import messages_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["FAST_BETA", "MessagesEncoder", "MessagesProtocol", "MessagesRequest"]
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import orjson
 
-from ...errors import APIError
-from ...pipeline.job import Job
-from ..base import Encoder
-from ..events import WIRE, Frames
-from ..sealed import thinking_signature
-from ..vocabulary import ANTHROPIC_SPEEDS
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder
+from fastmode.gateway.protocols.events import WIRE, Frames
+from fastmode.gateway.protocols.sealed import thinking_signature
+from fastmode.gateway.protocols.vocabulary import ANTHROPIC_SPEEDS
+from fastmode.gateway.values.job import Job
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 ERROR_TYPES = {

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from ..base import Lenient
+from fastmode.gateway.protocols.base import Lenient
 
 
 class AnthropicTool(Lenient):

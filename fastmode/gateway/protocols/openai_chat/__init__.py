@@ -6,18 +6,26 @@ from typing import Any
 
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, ToolSpec, message_text
 from fastmode.backends.tokenizer import count_chat_prompt
-
-from ...errors import bad_request
-from ...pipeline.caching import chat_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ...stored.stored_chat import StoredChats, check_metadata
-from ..base import Protocol, RequestContext, resolve_tool_choice
-from ..formats import json_word_required, mentions_json, strict_tools, structured
-from ..images import check_images
-from .encoder import ChatEncoder, chat_usage
-from .schema import ChatRequest, NamedCustomChoice, NamedToolChoice
-from .tools import chat_tools
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.protocols.base import Protocol, RequestContext, resolve_tool_choice
+from fastmode.gateway.protocols.formats import (
+    json_word_required,
+    mentions_json,
+    strict_tools,
+    structured,
+)
+from fastmode.gateway.protocols.images import check_images
+from fastmode.gateway.protocols.openai_chat.encoder import ChatEncoder, chat_usage
+from fastmode.gateway.protocols.openai_chat.schema import (
+    ChatRequest,
+    NamedCustomChoice,
+    NamedToolChoice,
+)
+from fastmode.gateway.protocols.openai_chat.tools import chat_tools
+from fastmode.gateway.stored.stored_chat import StoredChats, check_metadata
+from fastmode.gateway.values.caching import chat_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["ChatEncoder", "ChatProtocol", "ChatRequest", "chat_usage"]
 

@@ -18,12 +18,11 @@ import orjson
 
 from fastmode.backends.mockmodel import REASONING, ToolCall
 from fastmode.backends.mockmodel.request import CUSTOM
-
-from ...errors import APIError
-from ...pipeline.job import Job
-from ..base import Encoder
-from ..events import WIRE, Frames
-from ..vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder
+from fastmode.gateway.protocols.events import WIRE, Frames
+from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.job import Job
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"

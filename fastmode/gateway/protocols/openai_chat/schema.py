@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator
 
-from ..base import Lenient
+from fastmode.gateway.protocols.base import Lenient
 
 # any string: the protocol's vocabulary (gateway.protocols.vocabulary) says which words exist
 ServiceTier = StrictStr

@@ -15,10 +15,9 @@ from pydantic import Field
 
 from fastmode.backends.mockmodel import ToolSpec
 from fastmode.backends.mockmodel.request import CUSTOM
-
-from ..base import Lenient, validate
-from ..openai_responses.tools import tool_type
-from .schema import ChatTool
+from fastmode.gateway.protocols.base import Lenient, validate
+from fastmode.gateway.protocols.openai_chat.schema import ChatTool
+from fastmode.gateway.protocols.openai_responses.tools import tool_type
 
 
 class Grammar(Lenient):

@@ -5,21 +5,23 @@ request: a string, a list holding one string, or token ids (a list of integers, 
 holding one such list; the mock has no vocabulary, so token ids count as prompt tokens and the
 model sees no text). ``echo`` puts the prompt text before the reply; ``ignore_eos`` makes the
 reply exactly ``max_tokens`` long. Prompt caching follows OpenAI's automatic rule at token
-level: the prompt's 128-token chunks from 1,024 tokens on (``gateway.pipeline.caching``).
+level: the prompt's 128-token chunks from 1,024 tokens on (``gateway.values.caching``).
 """
 
 from __future__ import annotations
 
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.tokenizer import count_tokens
-
-from ...errors import bad_request
-from ...pipeline.caching import text_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ..base import Protocol, RequestContext
-from .encoder import CompletionsEncoder, completion_usage
-from .schema import CompletionsRequest
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.protocols.openai_completions.encoder import (
+    CompletionsEncoder,
+    completion_usage,
+)
+from fastmode.gateway.protocols.openai_completions.schema import CompletionsRequest
+from fastmode.gateway.values.caching import text_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["CompletionsEncoder", "CompletionsProtocol", "CompletionsRequest", "completion_usage"]
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from ...errors import APIError
-from ...pipeline.job import Job
-from ..base import Encoder
-from ..events import Frames
-from ..vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.job import Job
 
 FINGERPRINT = "fp_fastmode"
 DONE = b"[DONE]"

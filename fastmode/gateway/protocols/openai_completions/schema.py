@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator
 
-from ..base import Lenient
-from ..openai_chat.schema import ServiceTier, StreamOptions
+from fastmode.gateway.protocols.base import Lenient
+from fastmode.gateway.protocols.openai_chat.schema import ServiceTier, StreamOptions
 
 Prompt = str | list[str] | list[int] | list[list[int]]
 

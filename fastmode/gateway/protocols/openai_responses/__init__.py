@@ -10,19 +10,32 @@ from typing import Any
 
 from fastmode.backends.mockmodel import GenerationRequest, ResponseFormat, message_text
 from fastmode.backends.tokenizer import count_chat_prompt
-
-from ...endpoints.responses_api import stored_body
-from ...errors import bad_request
-from ...pipeline.caching import chat_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ...stored.response_store import StoredResponse
-from ..base import Protocol, RequestContext, resolve_tool_choice, tool_call_messages
-from ..formats import json_word_required, mentions_json, strict_tools, structured
-from .encoder import ResponsesEncoder, responses_usage
-from .items import answered_calls, continued, input_messages
-from .schema import ResponsesRequest, ResponsesToolChoice
-from .tools import carried_tools, declared, tool_groups
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.protocols.base import (
+    Protocol,
+    RequestContext,
+    resolve_tool_choice,
+    tool_call_messages,
+)
+from fastmode.gateway.protocols.formats import (
+    json_word_required,
+    mentions_json,
+    strict_tools,
+    structured,
+)
+from fastmode.gateway.protocols.openai_responses.encoder import ResponsesEncoder, responses_usage
+from fastmode.gateway.protocols.openai_responses.items import (
+    answered_calls,
+    continued,
+    input_messages,
+)
+from fastmode.gateway.protocols.openai_responses.schema import ResponsesRequest, ResponsesToolChoice
+from fastmode.gateway.protocols.openai_responses.tools import carried_tools, declared, tool_groups
+from fastmode.gateway.stored.response_body import stored_body
+from fastmode.gateway.stored.response_store import StoredResponse
+from fastmode.gateway.values.caching import chat_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 __all__ = ["ResponsesEncoder", "ResponsesProtocol", "ResponsesRequest", "responses_usage"]
 

@@ -24,17 +24,21 @@ from pydantic import Field
 
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.tokenizer import REPLY_PRIMING, count_chat_prompt
-
-from ...errors import APIError
-from ...pipeline.caching import chat_units, openai_prefix
-from ...pipeline.job import Job
-from ...pipeline.request import TurnRequest
-from ..base import Encoder, Lenient, Protocol, RequestContext
-from ..events import Frames
-from ..openai_chat.schema import ServiceTier
-from ..sealed import compaction_content
-from .encoder import responses_usage
-from .items import answered_calls, continued, input_messages, pending_calls
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder, Lenient, Protocol, RequestContext
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.openai_chat.schema import ServiceTier
+from fastmode.gateway.protocols.openai_responses.encoder import responses_usage
+from fastmode.gateway.protocols.openai_responses.items import (
+    answered_calls,
+    continued,
+    input_messages,
+    pending_calls,
+)
+from fastmode.gateway.protocols.sealed import compaction_content
+from fastmode.gateway.values.caching import chat_units, openai_prefix
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 SUMMARY_SHARE = 0.2
 SUMMARY_MIN = 32

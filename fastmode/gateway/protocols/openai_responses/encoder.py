@@ -7,14 +7,13 @@ from typing import Any
 import orjson
 
 from fastmode.backends.mockmodel.request import CUSTOM, FUNCTION
-
-from ...errors import APIError
-from ...pipeline.job import Job
-from ..base import Encoder
-from ..events import WIRE, Frames
-from ..vocabulary import OPENAI_SERVICE_TIERS
-from .reasoning import ReasoningItem
-from .schema import ResponsesRequest, ResponsesToolChoice
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.protocols.base import Encoder
+from fastmode.gateway.protocols.events import WIRE, Frames
+from fastmode.gateway.protocols.openai_responses.reasoning import ReasoningItem
+from fastmode.gateway.protocols.openai_responses.schema import ResponsesRequest, ResponsesToolChoice
+from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
+from fastmode.gateway.values.job import Job
 
 # the event that streams a call's arguments (a function's) or input (a custom tool's)
 _DELTA = {FUNCTION: "response.function_call_arguments.delta",

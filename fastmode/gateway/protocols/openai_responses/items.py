@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from ...errors import APIError, bad_request
-from ..images import check_images
-from ..sealed import compaction_payload, reasoning_is_ours
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.protocols.images import check_images
+from fastmode.gateway.protocols.sealed import compaction_payload, reasoning_is_ours
 
 if TYPE_CHECKING:
-    from ...stored.response_store import ResponseStore, StoredResponse
+    from fastmode.gateway.stored.response_store import ResponseStore, StoredResponse
 
 ROLES = ("user", "assistant", "system", "developer")
 # hosted tools' calls a client sends back: the tool name they stand for, and their arguments

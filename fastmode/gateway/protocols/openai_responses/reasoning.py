@@ -23,10 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fastmode.backends.tokenizer import tokenize
-
-from ...pipeline.token_source import Reply
-from ..events import Frames
-from ..sealed import reasoning_content
+from fastmode.gateway.protocols.events import Frames
+from fastmode.gateway.protocols.sealed import reasoning_content
+from fastmode.gateway.values.token_source import Reply
 
 Event = Callable[[dict[str, Any]], bytes]
 

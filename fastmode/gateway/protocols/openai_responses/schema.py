@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import Field, StrictBool, StrictInt, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..base import Lenient
-from ..openai_chat.schema import Effort, ServiceTier
+from fastmode.gateway.protocols.base import Lenient
+from fastmode.gateway.protocols.openai_chat.schema import Effort, ServiceTier
 
 CONVERSATIONS_REFUSED = (
     "conversations are not supported by this server; continue a conversation with "

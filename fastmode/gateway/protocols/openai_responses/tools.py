@@ -25,9 +25,8 @@ from pydantic import Field, StrictBool
 
 from fastmode.backends.mockmodel import ToolSpec
 from fastmode.backends.mockmodel.request import CUSTOM
-
-from ...errors import APIError, bad_request
-from ..base import Lenient, validate
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.protocols.base import Lenient, validate
 
 # hosted tool type -> the fields the API requires of it (openai-python's ``ToolParam`` union)
 HOSTED_REQUIRED: dict[str, tuple[str, ...]] = {

@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..config import ApiKey, AuthConfig
-from ..errors import APIError, retry_headers
-from ..state import StateBackend, Take, Want, take_in_memory
-from ..stored.key_ids import key_id
+from fastmode.gateway.config import ApiKey, AuthConfig
+from fastmode.gateway.errors import APIError, retry_headers
+from fastmode.gateway.state import StateBackend, Take, Want, take_in_memory
+from fastmode.gateway.values.key_ids import key_id
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 One event loop serves every connection of a gateway process: while it parses a 16 MB body or
 counts the tokens of a 15-million-token prompt, nothing else moves, ``/healthz`` included. So a
-request whose body is over ``OFFLOAD_BYTES`` is parsed, bounds-checked (``gateway.edge.limits``),
+request whose body is over ``OFFLOAD_BYTES`` is parsed, bounds-checked (``gateway.http.limits``),
 validated and translated (tokenized) in a worker thread; smaller ones stay inline, where the
 thread hop (~50 us) would cost more than the work.
 
@@ -28,19 +28,15 @@ import functools
 import gc
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from fastmode.backends.tokenizer import PromptTooLong, prompt_budget
-
-from ..config import LimitsConfig
-from ..errors import APIError
-from ..protocols.base import Protocol, parse_json
-from .limits import check_json_values, check_request
-
-if TYPE_CHECKING:
-    from ..pipeline.admission import Gateway
+from fastmode.gateway.config import LimitsConfig
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.json_body import parse_json
+from fastmode.gateway.http.limits import check_json_values, check_request
 
 OFFLOAD_BYTES = 64 * 1024  # bodies (or websocket frames) larger than this leave the loop
 WORKERS = 2
@@ -96,22 +92,27 @@ def parse_frame(text: str, limits: LimitsConfig) -> Any:
         gc.enable()
 
 
-def validated(protocol: Protocol, raw: bytes, limits: LimitsConfig) -> Any:
+class Validates(Protocol):
+    """What a protocol plug-in offers here: its name (the bounds differ per protocol) and
+    the validation of a body into its request model."""
+
+    @property
+    def name(self) -> str: ...
+
+    def validate(self, body: dict[str, Any]) -> Any: ...
+
+
+def validated(protocol: Validates, raw: bytes, limits: LimitsConfig) -> Any:
     """The raw body parsed, bounds-checked and validated: the protocol's request model."""
     return checked(protocol, parse_body(raw, limits), limits, raw)
 
 
-def checked(protocol: Protocol, body: dict[str, Any], limits: LimitsConfig,
+def checked(protocol: Validates, body: dict[str, Any], limits: LimitsConfig,
             raw: bytes | None = None) -> Any:
-    """A parsed body (from ``raw``, if given) bounds-checked (``gateway.edge.limits``) and
+    """A parsed body (from ``raw``, if given) bounds-checked (``gateway.http.limits``) and
     validated."""
     check_request(protocol.name, body, limits, raw)
     return protocol.validate(body)
-
-
-def max_context(gateway: Gateway) -> int:
-    """The largest context window of any tier: no prompt longer than this can be served."""
-    return gateway.spec.max_context_window
 
 
 def prompt_too_long(protocol: str, exc: PromptTooLong) -> APIError:
@@ -122,13 +123,14 @@ def prompt_too_long(protocol: str, exc: PromptTooLong) -> APIError:
         code="context_length_exceeded")
 
 
-def counted(gateway: Gateway, protocol: str, fn: Callable[..., T], *args: Any,
+def counted(max_context: int, protocol: str, fn: Callable[..., T], *args: Any,
             **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` — a translation (``Turn(...)``, ``protocol.translate``) — with
-    its prompt counting bounded by the largest context window: a longer prompt is a 400 in
+    its prompt counting bounded by ``max_context``, the largest context window served (the
+    engine spec's ``max_context_window``): a longer prompt is a 400 in
     ``protocol``'s words as soon as counting passes it."""
     try:
-        with prompt_budget(max_context(gateway)):
+        with prompt_budget(max_context):
             return fn(*args, **kwargs)
     except PromptTooLong as exc:
         raise prompt_too_long(protocol, exc) from None

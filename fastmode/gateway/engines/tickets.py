@@ -5,7 +5,7 @@ The shared front (``Gateway.admit``) runs the checks every tier gets — the con
 key's limits with the same arguments, the overflow policy — and hands the backend a ``Ticket``:
 the request, its ``Decision``, the tier of this attempt (the decision's, or the standard tier
 after a downgrade) and the cap. A backend answers with an admitted ``Job`` whose ``stream`` is a
-``TokenSource`` (``gateway.pipeline.token_source``), or raises ``Refused`` when its pool cannot take the
+``TokenSource`` (``gateway.values.token_source``), or raises ``Refused`` when its pool cannot take the
 request now; the front decides what a refusal means for the role. The turn never learns which
 kind of backend served it.
 """
@@ -18,12 +18,11 @@ from typing import Protocol
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
-
-from ..errors import APIError
-from .decision import Decision
-from .job import Job
-from .request import TurnRequest
-from .roles import Role
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.values.decision import Decision
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
+from fastmode.gateway.values.roles import Role
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import bad_request
+from fastmode.gateway.errors import bad_request
 
 MAX_LIMIT = 100
 DEFAULT_LIMIT = 20

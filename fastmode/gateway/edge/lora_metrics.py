@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from prometheus_client.utils import floatToGoString
 
-from ..pipeline.admission import Gateway
+from fastmode.gateway.pipeline.admission import Gateway
 
 NAME = "vllm:lora_requests_info"
 HELP = "Running stats on lora requests."

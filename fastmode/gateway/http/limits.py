@@ -28,8 +28,8 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config import LimitsConfig
-from ..errors import APIError, bad_request
+from fastmode.gateway.config import LimitsConfig
+from fastmode.gateway.errors import APIError, bad_request
 
 GENERATOR_DEPTH = 6  # backends.mockmodel.schema_values follows optional parts this deep only
 

@@ -3,7 +3,7 @@
 ``fastmode.cassette(path, mode)`` (the pytest plugin) opens one for a test id through
 ``POST /admin/tests/{test_id}/cassette``; only requests carrying that test id
 (``x-fastmode-test-id``) are recorded or replayed, so tests sharing one gateway never see each
-other's exchanges. The file is an ordinary cassette (``gateway.cassettes.format``: what
+other's exchanges. The file is an ordinary cassette (``gateway.observe.exchange_format``: what
 ``fastmode serve --record`` writes, ``--replay`` and ``fastmode replay-check`` read), matched by
 the request body as ``--replay`` does; the test id itself is not in the match (it names the
 xdist worker, which differs between runs). The modes are VCR's record modes:
@@ -23,19 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from ..cassettes.config import RecordConfig, ReplayConfig
-from ..cassettes.format import Redactor, read
-from ..cassettes.library import CassetteError, Library, Recording, Wire
-from ..cassettes.recorder import Recorder
-from ..errors import APIError
+from fastmode.gateway.cassette_config import RecordConfig, ReplayConfig
+from fastmode.gateway.cassettes.library import CassetteError, Library, Recording, Wire
+from fastmode.gateway.cassettes.recorder import Recorder
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.observe.exchange_format import Redactor, read
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fastmode.backends.engine import Tier
-
-    from ..cassettes.replay import ReplayAdmission
-    from ..pipeline.engine_admission import EngineAdmission
+    from fastmode.gateway.cassettes.replay import ReplayAdmission
+    from fastmode.gateway.engines.engine_admission import EngineAdmission
 
 Mode = Literal["record", "replay", "once", "new_episodes"]
 MODES: tuple[str, ...] = ("record", "replay", "once", "new_episodes")
@@ -95,7 +94,7 @@ class TestCassettes:
     def open(self, test_id: str, path: str, mode: str) -> TestCassette:
         """The test's cassette (replacing one it had); CassetteError: a file that cannot be
         replayed (its file:line and why), or ``replay`` of a file that does not exist."""
-        from ..cassettes.replay import ReplayAdmission
+        from fastmode.gateway.cassettes.replay import ReplayAdmission
 
         file = Path(path)
         if file.is_dir() or file.suffix != ".jsonl":

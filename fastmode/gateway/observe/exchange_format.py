@@ -30,7 +30,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .config import REDACTED
+from fastmode.gateway.cassette_config import REDACTED
 
 VERSION = 1
 PROTOCOLS = ("chat", "completions", "responses", "messages")
@@ -115,7 +115,7 @@ def dumps(entry: dict[str, Any]) -> bytes:
 
 def files(directory: str | Path) -> list[Path]:
     """The cassette files of a directory, in name order (the order entries are numbered); a
-    file: itself (one test's cassette, ``gateway.testing.cassette``)."""
+    file: itself (one test's cassette, ``gateway.cassettes.scoped``)."""
     if Path(directory).is_file():
         return [Path(directory)]
     return sorted(p for p in Path(directory).glob("*.jsonl") if p.is_file())

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from fastmode.backends.engine import EngineSpec
 from fastmode.backends.lora import MAX_ADAPTERS, LoraAdapter, LoraSpec, make_adapter
-
-from ..config import Config
+from fastmode.gateway.config import Config
 
 
 class LoraError(Exception):

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ..errors import APIError
+from fastmode.gateway.errors import APIError
 
 
 @dataclass(frozen=True)

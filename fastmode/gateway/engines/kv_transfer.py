@@ -34,8 +34,7 @@ from typing import Any
 
 from fastmode.backends.engine import DeploymentSpec
 from fastmode.backends.perf_modes import kv_transfer_seconds
-
-from ..errors import bad_request
+from fastmode.gateway.errors import bad_request
 
 MAX_TP = 1024  # the largest tp_size a decoder accepts from a prefill engine's params
 DEFAULT_BLOCK = 16  # vLLM's block size, for a deployment whose cache is not in blocks

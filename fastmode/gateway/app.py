@@ -1,4 +1,5 @@
-"""The HTTP edge: builds the FastAPI app from the protocol plug-ins and the turn pipeline.
+"""The app: the FastAPI app built from every floor below it (protocol plug-ins, the turn
+pipeline, the endpoints and features, the edge). Only ``gateway.workers`` is above it.
 
 Hot streams use a plain ``StreamingResponse`` of pre-encoded bytes (several times faster than
 sse-starlette). A hand-rolled response without Starlette's task group was tried and measured
@@ -21,35 +22,43 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from .. import batches, dashboard, protocols
-from ..cassettes import hooks as cassettes
-from ..config import Config, load_config
-from ..endpoints import admin, conversations, embeddings, responses_api, traces_api, vllm_api
-from ..endpoints.background import Background
-from ..endpoints.models_api import add_routes as add_model_routes
-from ..endpoints.stored_chat_api import add_routes as add_stored_chat_routes
-from ..errors import APIError
-from ..observe import lora_metrics, replica_health, vllm_metrics
-from ..observe.host_lag import HostLag
-from ..observe.kv_events import KVEvents
-from ..pipeline.admission import Gateway
-from ..pipeline.turn_errors import internal_error
-from ..protocols.anthropic_messages import count_tokens
-from ..remote import RemoteTiers
-from ..state import StateBackend
-from ..state.health import StateCollector
-from ..stored import ledger
-from ..stored.ids import new_id
-from ..stored.response_store import ResponseStore
-from ..testing import routes as test_api
-from ..testing.backend import PerTest
-from ..websocket import add_routes as add_websocket_routes
-from . import health, netem
-from .lane import Endpoint, Lane
-from .limits import BodyLimit
-from .shutdown import Shutdown
-from .turn_http import RAW_SEND, http_endpoint
-from .watchdog import Watchdog
+from fastmode.gateway import batches, dashboard, protocols
+from fastmode.gateway.cassettes import hooks as cassettes
+from fastmode.gateway.config import Config, load_config
+from fastmode.gateway.edge import health, lora_metrics, replica_health
+from fastmode.gateway.edge.lane import Endpoint, Lane
+from fastmode.gateway.edge.shutdown import Shutdown
+from fastmode.gateway.edge.turn_http import RAW_SEND, http_endpoint
+from fastmode.gateway.edge.watchdog import Watchdog
+from fastmode.gateway.endpoints import (
+    admin,
+    conversations,
+    count_tokens,
+    embeddings,
+    responses_api,
+    traces_api,
+    vllm_api,
+)
+from fastmode.gateway.endpoints import testing_api as test_api
+from fastmode.gateway.endpoints.background import Background
+from fastmode.gateway.endpoints.models_api import add_routes as add_model_routes
+from fastmode.gateway.endpoints.stored_chat_api import add_routes as add_stored_chat_routes
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http import netem
+from fastmode.gateway.http.limits import BodyLimit
+from fastmode.gateway.observe import vllm_metrics
+from fastmode.gateway.observe.host_lag import HostLag
+from fastmode.gateway.observe.kv_events import KVEvents
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.pipeline.per_test import PerTest
+from fastmode.gateway.pipeline.turn_errors import internal_error
+from fastmode.gateway.remote import RemoteTiers
+from fastmode.gateway.state import StateBackend
+from fastmode.gateway.state.health import StateCollector
+from fastmode.gateway.stored import ledger
+from fastmode.gateway.stored.response_store import ResponseStore
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.websocket import add_routes as add_websocket_routes
 
 log = logging.getLogger("fastmode.app")
 

@@ -39,8 +39,7 @@ from fastmode.backends.tokenizer import (
     count_tokens,
     tokenize,
 )
-
-from ..errors import bad_request
+from fastmode.gateway.errors import bad_request
 
 OPENAI_MIN_TOKENS = 1024  # OpenAI caches prompts of 1,024 tokens or more...
 OPENAI_STEP = 128  # ...in 128-token increments

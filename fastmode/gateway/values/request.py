@@ -17,7 +17,7 @@ from fastmode.backends.prefix_cache import PrefixKey
 @dataclass
 class TurnRequest:
     model: str
-    # the role asked for (``gateway.pipeline.roles``): standard, fast, flex, ... from the protocol's
+    # the role asked for (``gateway.values.roles``): standard, fast, flex, ... from the protocol's
     # vocabulary (service_tier, speed, the /fast/v1 path); never a tier's name
     role: str
     generation: GenerationRequest  # what the mock model reads (messages, tools, seed, ...)
@@ -41,7 +41,7 @@ class TurnRequest:
     own_count: bool = False
     # a plain prompt (legacy Completions: text or token ids), hashed in blocks as it is sent
     raw_prompt: str | list[int] | None = None
-    # vLLM's ``kv_transfer_params`` (P/D across engines: gateway.pipeline.kv_transfer)
+    # vLLM's ``kv_transfer_params`` (P/D across engines: gateway.engines.kv_transfer)
     kv_transfer: dict[str, Any] | None = None
-    # vLLM's X-data-parallel-rank header, as sent (gateway.pipeline.data_parallel)
+    # vLLM's X-data-parallel-rank header, as sent (gateway.engines.data_parallel)
     dp_rank: str | None = None

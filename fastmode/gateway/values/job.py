@@ -18,12 +18,11 @@ from typing import Any
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
 from fastmode.backends.scheduler import FINISHED
-
-from .. import money
-from .auth import Principal
-from .caching import cache_write_premium
-from .roles import Role
-from .token_source import Reply, TokenSource
+from fastmode.gateway import money
+from fastmode.gateway.values.auth import Principal
+from fastmode.gateway.values.caching import cache_write_premium
+from fastmode.gateway.values.roles import Role
+from fastmode.gateway.values.token_source import Reply, TokenSource
 
 
 @dataclass(eq=False)
@@ -59,7 +58,7 @@ class Job:
     billed_output: int = 0  # set at settlement: output tokens billed
     detail: str | None = None  # why it ended so, when not completed (e.g. reader_stalled)
     # vLLM's kv_transfer_params in the answer, when the request sent some (None: null)
-    # (gateway.pipeline.kv_transfer)
+    # (gateway.engines.kv_transfer)
     kv_transfer_asked: bool = False
     kv_transfer_params: dict[str, Any] | None = None
 

@@ -7,7 +7,7 @@ Admin (``[admin]`` key, like ``/admin/faults``):
 - ``POST /admin/tests/{test_id}/faults`` ``{"kind", "times", "after", "s", "tier", "model"}`` —
   a fault its next ``times`` matching requests get, counted (no probability);
 - ``POST /admin/tests/{test_id}/cassette`` ``{"path", "mode"}`` — its exchanges recorded to, or
-  replayed from, a cassette file (``gateway.testing.cassette``);
+  replayed from, a cassette file (``gateway.cassettes.scoped``);
 - ``GET /admin/tests/{test_id}`` — its replies (with their uses), faults, journal and cassette;
 - ``DELETE /admin/tests/{test_id}`` — forget it.
 
@@ -25,15 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..cassettes.library import CassetteError
-from ..errors import APIError, bad_request
-from ..faults.spec import Fault
-from ..pipeline.fault_kinds import Kind
-from ..protocols.base import parse_json
-from ..stored.ownership import Caller, caller
-from .cassette import MODES, TestCassettes
-from .journal import entry
-from .scopes import CountedFault, ReplyRule, TestScopes
+from fastmode.gateway.cassettes.library import CassetteError
+from fastmode.gateway.cassettes.scoped import MODES, TestCassettes
+from fastmode.gateway.errors import APIError, bad_request
+from fastmode.gateway.fault_kinds import Kind
+from fastmode.gateway.http.json_body import parse_json
+from fastmode.gateway.stored.ownership import Caller, caller
+from fastmode.gateway.testing.journal import entry
+from fastmode.gateway.testing.scopes import CountedFault, ReplyRule, TestScopes
+from fastmode.gateway.values.fault_spec import Fault
 
 
 class _Strict(BaseModel):

@@ -20,9 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import bad_request
-from ..pipeline.fault_kinds import KINDS, Kind
-from ..stored.key_ids import key_id
+from fastmode.gateway.errors import bad_request
+from fastmode.gateway.fault_kinds import KINDS, Kind
+from fastmode.gateway.values.key_ids import key_id
 
 HEADER = "x-fastmode-fault"
 TEST_ID_HEADER = "x-fastmode-test-id"

@@ -12,8 +12,7 @@ from __future__ import annotations
 from fastmode.backends.block_hash import BlockHasher
 from fastmode.backends.prefix_cache import PrefixKey
 from fastmode.backends.token_ids import Vocabulary, fit, tool_dict
-
-from .request import TurnRequest
+from fastmode.gateway.values.request import TurnRequest
 
 
 def prompt_ids(vocab: Vocabulary, request: TurnRequest) -> list[int]:

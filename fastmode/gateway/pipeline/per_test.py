@@ -9,19 +9,19 @@ scripted reply of a request on a remote tier is queued on the front's own deploy
 tier, paced by the front's model, instead of going upstream; the upstream's answer of any other
 request is written to the test's journal. In-process tiers do their own (``EngineAdmission``).
 
-A test with a cassette (``gateway.testing.cassette``) that replays has its recorded exchanges
+A test with a cassette (``gateway.cassettes.scoped``) that replays has its recorded exchanges
 served here, before any of that; the others go on to the tier and, recording, are taped by the
 turn (``gateway.cassettes.hooks``).
 """
 
 from __future__ import annotations
 
-from ..cassettes.library import current
-from ..pipeline.engine_admission import EngineAdmission
-from ..pipeline.job import Job
-from ..pipeline.tickets import Admission, Ticket
-from .cassette import TestCassettes
-from .scopes import TestScopes
+from fastmode.gateway.cassettes.library import current
+from fastmode.gateway.cassettes.scoped import TestCassettes
+from fastmode.gateway.engines.engine_admission import EngineAdmission
+from fastmode.gateway.engines.tickets import Admission, Ticket
+from fastmode.gateway.testing.scopes import TestScopes
+from fastmode.gateway.values.job import Job
 
 
 class PerTest:

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from fastmode.backends.drivers import Replica
-
-from ..errors import bad_request
+from fastmode.gateway.errors import bad_request
 
 HEADER = "x-data-parallel-rank"
 R = TypeVar("R", bound=Replica)

@@ -4,7 +4,7 @@
 whole reply for the ticket's tier, picks the replica the driver will pick, and queues the
 request — or raises ``Refused`` with the modeled time a retry would wait for, when the
 replica's queue is full or its modeled wait is over ``server.max_queue_wait_s``
-(``gateway.pipeline.overflow``). It implements the ``Admission`` interface (``gateway.pipeline.tickets``); what a
+(``gateway.engines.overflow``). It implements the ``Admission`` interface (``gateway.engines.tickets``); what a
 refusal means for the request's role is the shared front's decision, not this module's.
 """
 
@@ -29,22 +29,21 @@ from fastmode.backends.prefix_cache import PrefixKey
 from fastmode.backends.scheduler import Scheduler, StepResult
 from fastmode.backends.sleep import SleepState
 from fastmode.backends.token_ids import Vocabulary
-
-from ..config import ServerConfig
-from ..edge.netem import network_time
-from ..errors import APIError
-from ..stored.ids import new_id
-from . import data_parallel, overflow
-from .block_keys import block_prefix
-from .caching import cache_writes
-from .job import Job
-from .kv_transfer import KVTransfer
-from .request import TurnRequest
-from .tickets import Refused, Ticket
+from fastmode.gateway.config import ServerConfig
+from fastmode.gateway.engines import data_parallel, overflow
+from fastmode.gateway.engines.block_keys import block_prefix
+from fastmode.gateway.engines.kv_transfer import KVTransfer
+from fastmode.gateway.engines.tickets import Refused, Ticket
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.netem import network_time
+from fastmode.gateway.values.caching import cache_writes
+from fastmode.gateway.values.ids import new_id
+from fastmode.gateway.values.job import Job
+from fastmode.gateway.values.request import TurnRequest
 
 if TYPE_CHECKING:
-    from ..testing import TestScopes
-    from .lora_registry import LoraRegistry
+    from fastmode.gateway.engines.lora_registry import LoraRegistry
+    from fastmode.gateway.testing import TestScopes
 
 
 class EngineAdmission:
@@ -59,7 +58,7 @@ class EngineAdmission:
         self.vocabulary = Vocabulary()  # token ids: /tokenize and the prefix cache's blocks
         self.sleep = SleepState()  # vLLM's sleep mode (gateway.endpoints.vllm_api)
         self.tests: TestScopes | None = None  # per-test replies and journal (gateway.testing)
-        self.loras: LoraRegistry | None = None  # LoRA adapters (gateway.pipeline.lora_registry)
+        self.loras: LoraRegistry | None = None  # LoRA adapters (gateway.engines.lora_registry)
         self.kv = KVTransfer()  # P/D across engines: vLLM's kv_transfer_params
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -101,7 +100,7 @@ class EngineAdmission:
                   scripted: bool = False) -> Job:
         """The reply generated and queued (no await: an in-process admission never waits).
         ``reply``: a reply written elsewhere (a recorded one, ``gateway.cassettes``; a test's
-        scripted one for a remote tier, ``scripted``: ``gateway.testing.backend``) to queue
+        scripted one for a remote tier, ``scripted``: ``gateway.pipeline.per_test``) to queue
         instead of the mock model's."""
         request, tier = ticket.request, ticket.tier
         if self.sleep.asleep:
@@ -189,7 +188,7 @@ class EngineAdmission:
         for: when the least-loaded replica's queue is full, or its modeled wait is over
         ``server.max_queue_wait_s``."""
         dep = self.deployments[tier.deployment.name]
-        if self.server.engine:  # vLLM's data-parallel ranks (gateway.pipeline.data_parallel)
+        if self.server.engine:  # vLLM's data-parallel ranks (gateway.engines.data_parallel)
             replica = data_parallel.pick(dep.replicas, dp_rank)
         else:
             replica = dep.choose(prefix, prompt)  # the replica the driver will pick

@@ -13,7 +13,7 @@ kind of pool. So a route (``[routes.MODEL]``) may carry its own rule:
   derived ~6.2x of the fast pool, ~8x of the ultrafast one), ``standard`` the list prices.
 
 The multiple applies to every price of the role, as providers apply it: input, cached input
-(cache reads) and, through the input price, cache writes (``gateway.pipeline.caching``: 1.25x / 2x the
+(cache reads) and, through the input price, cache writes (``gateway.values.caching``: 1.25x / 2x the
 input price). A request is billed by the role and tier that *served* it: a premium request
 downgraded to standard pays the model's standard prices.
 """
@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 
 from fastmode.backends.engine import Tier
 from fastmode.backends.pricing import Prices
-
-from ..config import RouteConfig
-from .roles import STANDARD
+from fastmode.gateway.config import RouteConfig
+from fastmode.gateway.values.roles import STANDARD
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from fastapi import FastAPI, Request
 from pydantic import Field
 from starlette.responses import Response
 
-from ...edge.limits import check_request
-from ...edge.offload import counted, off_loop, parse_body
-from ...errors import APIError
-from ...stored.ids import new_id
-from ..base import RequestContext, validate
-from . import MessagesProtocol
-from .schema import MessagesRequest
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.http.limits import check_request
+from fastmode.gateway.http.offload import counted, off_loop, parse_body
+from fastmode.gateway.protocols.anthropic_messages import MessagesProtocol
+from fastmode.gateway.protocols.anthropic_messages.schema import MessagesRequest
+from fastmode.gateway.protocols.base import RequestContext, validate
+from fastmode.gateway.values.ids import new_id
 
 
 class CountTokensRequest(MessagesRequest):
@@ -34,7 +34,7 @@ class CountTokensRequest(MessagesRequest):
 
 def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, fast: bool,
            store: Any) -> int:
-    """Parse, check, validate and count (off the loop for a large body, ``gateway.edge.offload``)."""
+    """Parse, check, validate and count (off the loop for a large body, ``gateway.http.offload``)."""
     body = parse_body(raw, gateway.config.limits)
     check_request("messages", body, gateway.config.limits)
     body.setdefault("max_tokens", 1)  # not part of this endpoint's body
@@ -43,7 +43,7 @@ def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, f
     gateway.auth.authenticate(f"Bearer {key}" if key else headers.get("authorization"))
     gateway.router.route(req.model)  # 404 for an unknown model
     ctx = RequestContext(headers, fast, store)
-    turn = counted(gateway, protocol.name, protocol.translate, req, ctx)
+    turn = counted(gateway.spec.max_context_window, protocol.name, protocol.translate, req, ctx)
     return turn.prompt_tokens  # what POST /v1/messages counts
 
 
@@ -62,7 +62,7 @@ async def count_tokens(request: Request) -> Response:
 
 
 def add_routes(app: FastAPI, openapi_extra: dict[str, Any] | None = None) -> None:
-    """``openapi_extra``: the request body as ``/openapi.json`` shows it (``gateway.edge.app``)."""
+    """``openapi_extra``: the request body as ``/openapi.json`` shows it (``gateway.app``)."""
     for prefix in ("/v1", "/fast/v1"):
         app.add_api_route(prefix + "/messages/count_tokens", count_tokens, methods=["POST"],
                           openapi_extra=openapi_extra)

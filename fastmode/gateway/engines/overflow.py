@@ -26,9 +26,8 @@ import math
 from fastmode.backends.drivers import PoolHandle
 from fastmode.backends.free_slot import free_slot_in
 from fastmode.backends.scheduler import Scheduler
-
-from ..config import ServerConfig
-from ..errors import APIError, retry_headers
+from fastmode.gateway.config import ServerConfig
+from fastmode.gateway.errors import APIError, retry_headers
 
 MIN_RETRY_S = 0.05
 

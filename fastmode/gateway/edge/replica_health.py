@@ -22,10 +22,9 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from fastmode.backends.drivers import ReplicaFailure
-
-from ..errors import APIError
-from ..pipeline.admission import Gateway
-from ..state import FAILED
+from fastmode.gateway.errors import APIError
+from fastmode.gateway.pipeline.admission import Gateway
+from fastmode.gateway.state import FAILED
 
 RECENT_S = 300.0  # /readyz lists a replica's failure this long after it
 
