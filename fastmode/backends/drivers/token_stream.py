@@ -218,8 +218,28 @@ class TokenStream(CountStream):
         callback = self._listener
         if callback is None:
             return  # stopped listening since
-        n = self.take()
-        delivered = self.delivered
+        # ``take``, inline (the step this stream armed for is done: its first step is known)
+        seq, rep = self.seq, self.replica
+        first, out, delivered, interval = seq.first_step, seq.output_tokens, self.delivered, \
+            self.interval
+        n = 0
+        if first >= 0 and not self._cancelled:
+            done = rep.done_index
+            produced = done - first + 1
+            if produced > out:
+                produced = out
+            n = produced - delivered
+            if n < interval and produced < out or n <= 0:
+                n = 0
+            else:
+                if produced < out:
+                    n -= n % interval  # whole events only; the rest is not due yet
+                self.delivered = delivered + n
+                self._i0, self.since = self._i1, self._t1
+                self._i1, self._t1 = done, rep.done_end
+                if delivered <= self.watch < delivered + n:
+                    self.watched_at = self._time(first + self.watch)
+                delivered += n
         try:
             again = callback(delivered - n, n)
             if self._listener is not callback:
@@ -227,9 +247,10 @@ class TokenStream(CountStream):
             if not again:
                 self._listener = None
                 return
-            seq, rep = self.seq, self.replica
-            index = self.due_step()
-            if (delivered >= seq.output_tokens or self._cancelled or seq.state == CANCELLED
+            # ``due_step``, inline: the step making the next event's last token
+            want = delivered + interval
+            index = first + (want if want < out else out) - 1
+            if (delivered >= out or self._cancelled or seq.state == CANCELLED
                     or rep.stopped or index <= rep.done_index):  # over, or due already: the end
                 self._listener = None
                 callback(delivered, 0)  # the last call

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from fastmode.backends.mockmodel.behavior import DEFAULT_BEHAVIOR, ReplyLengths
+from fastmode.backends.mockmodel.draws import chooser, integers
 from fastmode.backends.mockmodel.harness import user_task
 from fastmode.backends.mockmodel.lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from fastmode.backends.mockmodel.pieces import finish_text
@@ -149,10 +150,13 @@ class Writer:
     def __init__(self, rng: random.Random, opener: str | None) -> None:
         self.rng = rng
         self.opener = opener
+        # ``rng.choice`` / ``rng.randint``, the same draws in one call each (``draws``)
+        self.choice = chooser(rng)
+        self.randint = integers(rng)
 
     def chunks(self) -> Iterator[str]:
         rng = self.rng
-        first = self.opener or (rng.choice(GREETINGS) if rng.random() < 0.4 else None)
+        first = self.opener or (self.choice(GREETINGS) if rng.random() < 0.4 else None)
         if first is not None:
             yield first
         sep = " " if first is not None else ""
@@ -168,39 +172,39 @@ class Writer:
 
     def paragraph(self, sep: str) -> Iterator[str]:
         if sep and self.rng.random() < 0.1:
-            yield f"{sep}### {_cap(self.rng.choice(TOPICS))}"
-        for i in range(self.rng.randint(2, 5)):
+            yield f"{sep}### {_cap(self.choice(TOPICS))}"
+        for i in range(self.randint(2, 5)):
             yield (sep if i == 0 else " ") + self.sentence()
 
     def bullet_list(self) -> Iterator[str]:
         rng = self.rng
-        yield "\n\n" + rng.choice(LIST_INTROS)
+        yield "\n\n" + self.choice(LIST_INTROS)
         numbered = rng.random() < 0.5
-        for i in range(rng.randint(3, 5)):
+        for i in range(self.randint(3, 5)):
             marker = f"{i + 1}." if numbered else "-"
             yield ("\n\n" if i == 0 else "\n") + f"{marker} {self.short_clause()}"
 
     def code_block(self) -> str:
-        rng = self.rng
-        template = rng.choice(CODE_BLOCKS)
+        c = self.choice
+        template = c(CODE_BLOCKS)
         return template.format(
-            fn=rng.choice(FUNC_NAMES),
-            var=rng.choice(VAR_NAMES),
-            n=rng.choice((8, 16, 32, 64, 128, 256, 512, 1024)),
-            m=rng.randint(2, 99),
+            fn=c(FUNC_NAMES),
+            var=c(VAR_NAMES),
+            n=c((8, 16, 32, 64, 128, 256, 512, 1024)),
+            m=self.randint(2, 99),
         )
 
     def short_clause(self) -> str:
-        c = self.rng.choice
+        c = self.choice
         return f"{_cap(c(SUBJECTS))} {_third_person(c(VERBS))} {c(OBJECTS)}."
 
     def sentence(self) -> str:
         """One sentence from a dozen templates; subjects are singular, so verbs agree."""
-        rng, c = self.rng, self.rng.choice
+        rng, c, randint = self.rng, self.choice, self.randint
         s, s2 = c(SUBJECTS), c(SUBJECTS)
         v, v2 = c(VERBS), c(VERBS)
         o, o2 = c(OBJECTS), c(OBJECTS)
-        kind = rng.randrange(13)
+        kind = randint(0, 12)  # (``rng.randrange(13)``: the same draw)
         if kind == 0:
             return f"{c(OPENERS)} {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
         if kind == 1:
@@ -212,10 +216,10 @@ class Writer:
         if kind == 4:
             return f"Why does {s} {v} {o} {c(ADVERBIALS)}? Mostly for {c(TOPICS)}."
         if kind == 5:
-            n, pct = rng.choice((45, 65, 170, 450, 1200, 1800)), rng.randint(20, 95)
+            n, pct = c((45, 65, 170, 450, 1200, 1800)), randint(20, 95)
             return f"{_cap(s)} {_third_person(v)} about {n} tokens per second ({pct}% of peak)."
         if kind == 6:
-            n = rng.choice((4, 8, 16, 32, 64, 128))
+            n = c((4, 8, 16, 32, 64, 128))
             return (
                 f"With a batch of {n}, {s} {_third_person(v)} {o}; "
                 f"{s2} {_third_person(v2)} {o2} {c(ADVERBIALS)}."
@@ -229,7 +233,7 @@ class Writer:
         if kind == 9:
             return f"If {s} {_third_person(v)} {o}, {s2} can {v2} {o2} {c(ADVERBIALS)}."
         if kind == 10:
-            ms = rng.choice((2, 5, 12, 20, 35, 80))
+            ms = c((2, 5, 12, 20, 35, 80))
             return f"Roughly {ms} ms per step is typical for {s} {c(ADVERBIALS)}."
         if kind == 11:
             return f'{_cap(s)} — the "{c(TOPICS)}" part — {_third_person(v)} {o}.'

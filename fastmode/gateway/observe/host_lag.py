@@ -17,16 +17,22 @@ Nothing runs per token, per request or per step: only when a replica slips.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import Histogram
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 from fastmode.backends.drivers import RealtimeReplica
+from fastmode.gateway.observe.tier_metrics import Hist
 
 log = logging.getLogger("fastmode.engine")
 
 WARN_EVERY_S = 60.0
+NAME = "fastmode_host_lag_seconds"
+DOC = ("Time a replica's steps were served late, beyond the timer granularity, by a busy event "
+       "loop or host: each slip moved the model's timeline (the streams' latency) by this much, "
+       "once")
 BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
@@ -36,12 +42,11 @@ class HostLag:
     def __init__(self, gateway: Any, clock: Callable[[], float] | None = None) -> None:
         self.gateway = gateway
         self.clock = clock
-        self.histogram = Histogram(
-            "fastmode_host_lag_seconds", "Time a replica's steps were served late, beyond the "
-            "timer granularity, by a busy event loop or host: each slip moved the model's "
-            "timeline (the streams' latency) by this much, once", ["deployment"],
-            buckets=BUCKETS, registry=gateway.metrics.registry)
-        self._series: dict[str, Any] = {}
+        # deployment -> its slips and when its series began: plain numbers until a scrape
+        # (``collect``: what prometheus_client's ``Histogram`` exposed, without its lock and
+        # bucket scan per slip)
+        self._series: dict[str, tuple[Hist, float]] = {}
+        gateway.metrics.registry.register(self)
         self._warned_at: float | None = None
         self._since: dict[str, list[float]] = {}  # deployment -> [slips, seconds, worst]
 
@@ -53,6 +58,17 @@ class HostLag:
             if self.clock is None:
                 self.clock = lambda: fleet.driver.now
 
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """``fastmode_host_lag_seconds``, one series per deployment that slipped."""
+        hist = HistogramMetricFamily(NAME, DOC, labels=["deployment"])
+        for dep, (h, created) in self._series.items():
+            hist.add_metric([dep], h.buckets(), h.sum)
+            hist.add_sample(f"{NAME}_created", {"deployment": dep}, created)
+        yield hist
+
     def tiers(self, deployment: str) -> list[str]:
         return [t.name for t in self.gateway.spec.tiers.values()
                 if t.deployment.name == deployment]
@@ -62,8 +78,8 @@ class HostLag:
         dep = replica.deployment
         series = self._series.get(dep)
         if series is None:
-            series = self._series[dep] = self.histogram.labels(dep)
-        series.observe(seconds)
+            series = self._series[dep] = (Hist(BUCKETS), time.time())
+        series[0].observe(seconds)
         acc = self._since.setdefault(dep, [0.0, 0.0, 0.0])
         acc[0] += 1
         acc[1] += seconds
