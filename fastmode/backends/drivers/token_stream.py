@@ -223,7 +223,10 @@ class TokenStream(CountStream):
         first, out, delivered, interval = seq.first_step, seq.output_tokens, self.delivered, \
             self.interval
         n = 0
-        if first >= 0 and not self._cancelled:
+        if seq.segments is not None:  # preempted once at least: the tokens' steps are looked up
+            n = self.take()
+            delivered = self.delivered
+        elif first >= 0 and not self._cancelled:
             done = rep.done_index
             produced = done - first + 1
             if produced > out:
@@ -249,7 +252,8 @@ class TokenStream(CountStream):
                 return
             # ``due_step``, inline: the step making the next event's last token
             want = delivered + interval
-            index = first + (want if want < out else out) - 1
+            index = (first + (want if want < out else out) - 1 if seq.segments is None
+                     else self.due_step())
             if (delivered >= out or self._cancelled or seq.state == CANCELLED
                     or rep.stopped or index <= rep.done_index):  # over, or due already: the end
                 self._listener = None
