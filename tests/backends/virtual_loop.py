@@ -11,20 +11,15 @@ Nothing waits forever: a run whose clock passes ``HORIZON_S`` of modeled time fa
 from __future__ import annotations
 
 import asyncio
-import inspect
 import selectors
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from modeled_time import HORIZON_S, START, ModeledTimeout, until
+
+__all__ = ["HORIZON_S", "ModeledTimeout", "until"]
+
 T = TypeVar("T")
-
-HORIZON_S = 3600.0  # modeled seconds a run may last: an hour, far beyond any test's timeline
-START = 1000.0
-
-
-class ModeledTimeout(AssertionError):
-    """The modeled clock ran past its bound: what a test waited for never came."""
-
 
 class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     loop: VirtualTimeLoop
@@ -57,20 +52,3 @@ def run_virtual(main: Callable[[VirtualTimeLoop], Coroutine[Any, Any, T]]) -> T:
         return loop.run_until_complete(main(loop))
     finally:
         loop.close()
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str,
-                limit_s: float = HORIZON_S, every_s: float = 0.01) -> None:
-    """Wait until ``condition()`` (a bool, or an awaitable of one) holds, looking every
-    ``every_s`` modeled seconds; fail with ``what`` once ``limit_s`` modeled seconds passed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while True:
-        ok = condition()
-        if inspect.isawaitable(ok):
-            ok = await ok
-        if ok:
-            return
-        if loop.time() >= deadline:
-            raise ModeledTimeout(f"{what}: not within {limit_s:g} modeled seconds")
-        await asyncio.sleep(every_s)
