@@ -116,7 +116,9 @@ class Scheduler(StepMemo, KvPaging):
 
     @property
     def running(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
+        """Admitted sequences still to be served: a cancelled one leaves the batch when the
+        next step is planned, but from the cancel on it is no load to route by or to report."""
+        return len(self.prefilling) + len(self.decoding) - len(self._cancelled)
 
     @property
     def kv_used_tokens(self) -> int:

@@ -20,6 +20,7 @@ from fastmode.gateway import protocols
 from fastmode.gateway.app import create_app
 from fastmode.gateway.config import Config, default_config_text, load_config
 from fastmode.gateway.pipeline.turn import Turn
+from fastmode.gateway.protocols import events
 from fastmode.gateway.protocols.base import RequestContext
 
 PROMPT = "interval test: stream the fixed reply"
@@ -112,7 +113,25 @@ async def test_n_tokens_per_event_same_text_same_usage(client_for, path) -> None
         assert seqs == list(range(len(seqs)))
 
 
-def test_the_websocket_groups_the_same(tmp_path) -> None:
+@pytest.fixture
+def first_reply(monkeypatch) -> None:
+    """As in a fresh process: no encoder's kind is known yet, so the first reply's events are
+    made event by event while the buffer learns it (``protocols.events``)."""
+    monkeypatch.setattr(events, "_RECORDS", {})
+
+
+@pytest.mark.parametrize("path", list(BODIES))
+async def test_the_first_reply_of_a_process_is_grouped_too(client_for, first_reply,
+                                                           path) -> None:
+    _, eight = await client_for(8)
+    r8 = await eight.post(path, json=BODIES[path])
+    assert r8.status_code == 200
+    d8, out8, _ = deltas_and_usage(path, sse_data(r8.text))
+    assert out8 == N_TOKENS and len(d8) == math.ceil(N_TOKENS / 8)
+    assert "".join(d8) == REPLY[:len("".join(d8))]
+
+
+def test_the_websocket_groups_the_same(tmp_path, first_reply) -> None:
     app = create_app(config(8, tmp_path))
     with TestClient(app) as tc, tc.websocket_connect("/v1/responses") as ws:
         ws.send_text(orjson.dumps({"type": "response.create", "model": "frontier-spark",

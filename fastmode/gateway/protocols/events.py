@@ -224,33 +224,46 @@ class EventBuffer:
         return new, pos
 
     def _probe(self, enc: Encoder, a: int, b: int) -> tuple[Frames, list[int]]:
-        """Token by token until one makes events: then it is known whether the encoder's
-        ``tokens`` records marks (loops on ``pieces``); if not, it stays token by token."""
+        """Event by event until one makes frames: then it is known whether the encoder's
+        ``tokens`` records marks (loops on ``pieces``); if not, it stays event by event."""
         new: Frames = []
-        pos = []
-        for t in range(a, b):
-            pos.append(len(new))
+        pos: list[int] = []
+        for t, n in _events_of(enc.interval, a, b):
+            pos += [len(new)] * n
             if self.per_token is None:
                 marks: list[tuple[int, int]] = []
                 enc.marks = marks
                 try:
-                    got = enc.tokens(t, 1)
+                    got = enc.tokens(t, n)
                 finally:
                     enc.marks = None
                 if got:
                     self.per_token = _RECORDS.setdefault(type(enc), bool(marks)) is False
             else:
-                got = enc.tokens(t, 1)
+                got = enc.tokens(t, n)
             new += got
         return new, pos
 
     def _one_by_one(self, enc: Encoder, a: int, b: int) -> tuple[Frames, list[int]]:
+        """A ``tokens`` call per event (its ``interval`` tokens): an encoder that records no
+        marks still groups as it would for the whole run."""
         new: Frames = []
-        pos = []
-        for t in range(a, b):
-            pos.append(len(new))
-            new += enc.tokens(t, 1)
+        pos: list[int] = []
+        for t, n in _events_of(enc.interval, a, b):
+            pos += [len(new)] * n
+            new += enc.tokens(t, n)
         return new, pos
+
+
+def _events_of(interval: int, a: int, b: int) -> Iterator[tuple[int, int]]:
+    """(first token, tokens) of each event of tokens ``a .. b``: groups of ``interval``
+    tokens, on their boundaries."""
+    step = max(1, interval)
+    t = a
+    while t < b:
+        end = min(b, (t // step + 1) * step)
+        yield t, end - t
+        t = end
 
 
 def wired(enc: Encoder, mode: str) -> EventBuffer | None:
