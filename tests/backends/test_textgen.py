@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import statistics
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -22,6 +26,7 @@ from fastmode.backends.mockmodel import (
     generate,
     validate_arguments,
 )
+from fastmode.backends.mockmodel.phrases import bank
 from fastmode.backends.tokenizer import count_tokens, tokenize
 
 USER = [{"role": "user", "content": "Explain how continuous batching works."}]
@@ -133,6 +138,21 @@ def test_text_is_varied_prose_not_one_word() -> None:
     content = [w for w in words if w not in {"the", "a", "of", "is", "per", "for"}]
     assert Counter(content).most_common(1)[0][1] / len(content) < 0.08
     assert {".", ","} <= set(g.text)
+    assert_consistent(g)
+
+
+def test_the_phrase_bank_is_the_same_in_every_process_and_a_reply_rarely_repeats() -> None:
+    """Seeded replies are the same everywhere only if every process composes the same bank."""
+    here = hashlib.sha256("\x00".join(bank().sentences).encode()).hexdigest()
+    there = subprocess.run(
+        [sys.executable, "-c", "import hashlib; from fastmode.backends.mockmodel.phrases import "
+         "bank; print(hashlib.sha256(chr(0).join(bank().sentences).encode()).hexdigest())"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "7"})
+    assert there.stdout.strip() == here
+    g = gen(seed=8, max_tokens=3000, ignore_eos=True)
+    seen = [g.text.count(s) for s in set(bank().sentences) if s in g.text]
+    assert sum(seen) >= 100  # ~45 sentences per 1,000 tokens
+    assert len(seen) / sum(seen) > 0.9  # few of them twice
     assert_consistent(g)
 
 

@@ -15,25 +15,12 @@ from fastmode.backends.mockmodel.behavior import DEFAULT_BEHAVIOR, ReplyLengths
 from fastmode.backends.mockmodel.draws import chooser, integers
 from fastmode.backends.mockmodel.harness import user_task
 from fastmode.backends.mockmodel.lengths import GREETING_REPLIES, reply_length, yes_no_opener
+from fastmode.backends.mockmodel.phrases import bank, capitalized, tokens_of
 from fastmode.backends.mockmodel.pieces import finish_text
 from fastmode.backends.mockmodel.request import Generation, GenerationRequest, message_text
 from fastmode.backends.mockmodel.streams import Streams
-from fastmode.backends.mockmodel.wordbank import (
-    ADJECTIVES,
-    ADVERBIALS,
-    CODE_BLOCKS,
-    FUNC_NAMES,
-    GREETINGS,
-    LIST_INTROS,
-    OBJECTS,
-    OPENERS,
-    REASONS,
-    SUBJECTS,
-    TOPICS,
-    VAR_NAMES,
-    VERBS,
-)
-from fastmode.backends.tokenizer import count_tokens, tokenize
+from fastmode.backends.mockmodel.wordbank import GREETINGS, LIST_INTROS, TOPICS
+from fastmode.backends.tokenizer import count_tokens
 
 
 def text_reply(
@@ -83,7 +70,7 @@ def write_tokens(rng: random.Random, tokens: int, opener: str | None) -> list[st
     for chunk in Writer(rng, opener).chunks():
         if len(out) >= tokens:
             break
-        out += tokenize(chunk)
+        out += tokens_of(chunk)
     return out
 
 
@@ -124,22 +111,6 @@ def tool_result_reply(req: GenerationRequest) -> Generation:
     return finish_text(text, req.max_tokens, req.stop)
 
 
-def _third_person(verb: str) -> str:
-    """'batch' -> 'batches', 'retry' -> 'retries', 'account for' -> 'accounts for'."""
-    head, _, tail = verb.partition(" ")
-    if head.endswith(("s", "sh", "ch", "x", "z")):
-        head += "es"
-    elif head.endswith("y") and head[-2:-1] not in "aeiou":
-        head = head[:-1] + "ies"
-    else:
-        head += "s"
-    return f"{head} {tail}" if tail else head
-
-
-def _cap(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 class Writer:
     """Endless plausible prose about serving systems, as whitespace-led chunks.
 
@@ -153,6 +124,7 @@ class Writer:
         # ``rng.choice`` / ``rng.randint``, the same draws in one call each (``draws``)
         self.choice = chooser(rng)
         self.randint = integers(rng)
+        self.phrases = bank()
 
     def chunks(self) -> Iterator[str]:
         rng = self.rng
@@ -172,7 +144,7 @@ class Writer:
 
     def paragraph(self, sep: str) -> Iterator[str]:
         if sep and self.rng.random() < 0.1:
-            yield f"{sep}### {_cap(self.choice(TOPICS))}"
+            yield f"{sep}### {capitalized(self.choice(TOPICS))}"
         for i in range(self.randint(2, 5)):
             yield (sep if i == 0 else " ") + self.sentence()
 
@@ -185,56 +157,11 @@ class Writer:
             yield ("\n\n" if i == 0 else "\n") + f"{marker} {self.short_clause()}"
 
     def code_block(self) -> str:
-        c = self.choice
-        template = c(CODE_BLOCKS)
-        return template.format(
-            fn=c(FUNC_NAMES),
-            var=c(VAR_NAMES),
-            n=c((8, 16, 32, 64, 128, 256, 512, 1024)),
-            m=self.randint(2, 99),
-        )
+        return self.choice(self.phrases.code_blocks)
 
     def short_clause(self) -> str:
-        c = self.choice
-        return f"{_cap(c(SUBJECTS))} {_third_person(c(VERBS))} {c(OBJECTS)}."
+        return self.choice(self.phrases.clauses)
 
     def sentence(self) -> str:
-        """One sentence from a dozen templates; subjects are singular, so verbs agree."""
-        rng, c, randint = self.rng, self.choice, self.randint
-        s, s2 = c(SUBJECTS), c(SUBJECTS)
-        v, v2 = c(VERBS), c(VERBS)
-        o, o2 = c(OBJECTS), c(OBJECTS)
-        kind = randint(0, 12)  # (``rng.randrange(13)``: the same draw)
-        if kind == 0:
-            return f"{c(OPENERS)} {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
-        if kind == 1:
-            return f"{_cap(s)} {_third_person(v)} {o}, {c(REASONS)}."
-        if kind == 2:
-            return f"When {s} is {c(ADJECTIVES)}, {s2} {_third_person(v)} {o}."
-        if kind == 3:
-            return f"{_cap(c(TOPICS))} matters here: {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
-        if kind == 4:
-            return f"Why does {s} {v} {o} {c(ADVERBIALS)}? Mostly for {c(TOPICS)}."
-        if kind == 5:
-            n, pct = c((45, 65, 170, 450, 1200, 1800)), randint(20, 95)
-            return f"{_cap(s)} {_third_person(v)} about {n} tokens per second ({pct}% of peak)."
-        if kind == 6:
-            n = c((4, 8, 16, 32, 64, 128))
-            return (
-                f"With a batch of {n}, {s} {_third_person(v)} {o}; "
-                f"{s2} {_third_person(v2)} {o2} {c(ADVERBIALS)}."
-            )
-        if kind == 7:
-            return f"{_cap(s)} does not {v} {o} {c(ADVERBIALS)}."
-        if kind == 8:
-            a, b = rng.sample(ADJECTIVES, 2)
-            t1, t2 = rng.sample(TOPICS, 2)
-            return f"The trade-off is simple: {a} {t1} versus {b} {t2}."
-        if kind == 9:
-            return f"If {s} {_third_person(v)} {o}, {s2} can {v2} {o2} {c(ADVERBIALS)}."
-        if kind == 10:
-            ms = c((2, 5, 12, 20, 35, 80))
-            return f"Roughly {ms} ms per step is typical for {s} {c(ADVERBIALS)}."
-        if kind == 11:
-            return f'{_cap(s)} — the "{c(TOPICS)}" part — {_third_person(v)} {o}.'
-        return f"{_cap(s)} {_third_person(v)} {o} {c(ADVERBIALS)}."
+        """One of the bank's sentences (``phrases``): composed once, drawn in one call."""
+        return self.choice(self.phrases.sentences)
