@@ -31,6 +31,7 @@ from fastmode.backends.mockmodel.behavior import (
 from fastmode.backends.mockmodel.botching import maybe_botch
 from fastmode.backends.mockmodel.edit_formats import edit_format_reply
 from fastmode.backends.mockmodel.field_markers import asked_fields, marker_reply
+from fastmode.backends.mockmodel.phrases import bank
 from fastmode.backends.mockmodel.pieces import finish_tool_calls, with_reasoning
 from fastmode.backends.mockmodel.prompted_json import prompted_json
 from fastmode.backends.mockmodel.prose import (
@@ -67,6 +68,7 @@ from fastmode.backends.mockmodel.thinking import think
 from fastmode.backends.mockmodel.toolcalls import make_calls, wants_tool
 
 __all__ = [
+    "warm",
     "BOTCH_KINDS",
     "CUE_CHARS",
     "DEFAULT_BEHAVIOR",
@@ -94,6 +96,11 @@ __all__ = [
     "validate_arguments",
     "validate_value",
 ]
+
+
+def warm() -> None:
+    """Compose the writer's phrase bank now (``phrases``, ~60 ms), so no request waits for it."""
+    bank()
 
 
 def generate(

@@ -7,7 +7,6 @@ of ``backends.tokenizer``, so token counts agree everywhere (usage, pacing, bill
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 
 from fastmode.backends.mockmodel.request import REASONING, Generation, Piece, Reasoning, ToolCall
@@ -18,13 +17,20 @@ def finish_text(text: str, cap: int | None, stop: Sequence[str],
                 tokens: list[str] | None = None) -> Generation:
     """Apply the max_tokens cut, then stop sequences; pieces always match the final text.
     ``tokens``: ``text`` already split (``tokenize``), when the writer split it as it wrote."""
-    if tokens is None:
-        tokens = tokenize(text)
+    return finish_tokens(tokenize(text) if tokens is None else tokens, cap, stop, text)
+
+
+def finish_tokens(tokens: list[str], cap: int | None, stop: Sequence[str],
+                  text: str | None = None) -> Generation:
+    """``finish_text`` of the text these tokens join into (``text``, if it was joined already:
+    a writer's tokens are joined once, after the cut)."""
     finish = "stop"
     if cap is not None and len(tokens) > cap:
         tokens = tokens[: max(cap, 0)]
-        text = "".join(tokens)
+        text = None
         finish = "length"
+    if text is None:
+        text = "".join(tokens)
     cut = stop_index(text, stop)
     matched = None
     if cut is not None:
@@ -32,14 +38,24 @@ def finish_text(text: str, cap: int | None, stop: Sequence[str],
         text = text[:cut]
         tokens = tokenize(text)
         finish = "stop"
-    pieces = tuple(map(text_piece, tokens))
-    return Generation(pieces, text, (), finish, matched)
+    pieces = _PIECES
+    if len(pieces) > MAX_SHARED_PIECES:  # texts from outside (scripts, tool results) add more
+        pieces.clear()
+    return Generation(tuple(map(pieces.__getitem__, tokens)), text, (), finish, matched)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def text_piece(token: str) -> Piece:
-    """Pieces are immutable and the text bank's vocabulary is small: share them."""
-    return Piece(token)
+class _Pieces(dict[str, Piece]):
+    """Pieces are immutable and the text bank's vocabulary is small: one per token text,
+    looked up at C speed (``map`` over ``__getitem__``), made on a miss."""
+
+    def __missing__(self, token: str) -> Piece:
+        piece = self[token] = Piece(token)
+        return piece
+
+
+_PIECES = _Pieces()
+MAX_SHARED_PIECES = 1 << 16
+
 
 
 def stop_index(text: str, stop: Sequence[str]) -> int | None:

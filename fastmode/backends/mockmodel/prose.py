@@ -16,7 +16,7 @@ from fastmode.backends.mockmodel.draws import chooser, integers
 from fastmode.backends.mockmodel.harness import user_task
 from fastmode.backends.mockmodel.lengths import GREETING_REPLIES, reply_length, yes_no_opener
 from fastmode.backends.mockmodel.phrases import bank, capitalized, tokens_of
-from fastmode.backends.mockmodel.pieces import finish_text
+from fastmode.backends.mockmodel.pieces import finish_text, finish_tokens
 from fastmode.backends.mockmodel.request import Generation, GenerationRequest, message_text
 from fastmode.backends.mockmodel.streams import Streams
 from fastmode.backends.mockmodel.wordbank import GREETINGS, LIST_INTROS, TOPICS
@@ -32,7 +32,7 @@ def text_reply(
     cap = req.max_tokens
     if req.ignore_eos and cap is not None:  # one token past the cap, so the cut says "length"
         tokens = write_tokens(streams("text"), cap + 1, opener)
-        return finish_text("".join(tokens), cap, req.stop, tokens)
+        return finish_tokens(tokens, cap, req.stop)
     asked = last_user_text(req.messages)
     kind, natural = reply_length(asked, replies, streams("length"))
     if opener is None and kind == "greeting":
@@ -44,7 +44,7 @@ def text_reply(
         opener = yes_no_opener(asked, streams("opener")) if kind == "short" else None
     budget = natural if cap is None else min(natural, cap + 1)
     tokens = write_tokens(streams("text"), budget, opener)
-    return finish_text("".join(tokens), cap, req.stop, tokens)
+    return finish_tokens(tokens, cap, req.stop)
 
 
 def last_user_text(messages: Sequence[Mapping[str, Any]]) -> str:
