@@ -156,6 +156,9 @@ def _ws_last(raw: bytes) -> list[dict[str, Any]]:
     return []
 
 
+CHUNKED_END = b"\r\n0\r\n\r\n"  # a chunked body's terminating chunk
+
+
 class _Reader(asyncio.Protocol):
     """Counts token events as bytes arrive: no task wake-up per read, one callback."""
 
@@ -207,11 +210,13 @@ class _Reader(asyncio.Protocol):
             self.series.append((now, c))
         self.tail = buf[-self.overlap:]
         self.kept.append(data)
+        seen = self.end_tail + data
+        self.end_tail = seen[-64:]
         if self.proto.ws:
-            seen = self.end_tail + data
-            self.end_tail = seen[-64:]
             if any(e in seen for e in WS_END) and _ws_last(b"".join(self.kept)):
                 self.finish(None)
+        elif seen.endswith(CHUNKED_END):  # the body's last chunk: done, whether or not the
+            self.finish(None)  # server closes (one that keeps the connection open: aimock)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.finish(exc)
