@@ -60,7 +60,9 @@ def test_a_kv_bound_loop_waits_for_slots_as_the_stepped_scheduler_does(users: in
     p = placement()
     w = closed_form(p, users)
     assert w.running < users and w.queued == users - w.running  # KV-bound: some users wait
-    ttft, tpot, tput = stepped(p, users)
+    # a few users waiting for one of many slots: a long-tailed wait, its mean over three draws
+    runs = [stepped(p, users, seed=seed) for seed in range(3)]
+    ttft, tpot, tput = (sum(r[i] for r in runs) / len(runs) for i in range(3))
     assert w.ttft_s == pytest.approx(ttft, rel=TTFT_TOLERANCE)
     assert w.itl_s == pytest.approx(tpot, rel=TPOT_TOLERANCE)
     assert w.output_tokens_per_s == pytest.approx(tput, rel=TPUT_TOLERANCE)
