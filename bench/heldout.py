@@ -18,10 +18,17 @@ How a run becomes a ``predict`` call (the sweep's conditions, see the data file'
     --expert-parallel ep, --attention-dp when dp_attention
     --prompt-tokens / --output-tokens  0.9 x isl / osl: the mean of the sweep's lengths,
                 uniform on [0.8 x L, L]
+    --scheduler-recv-interval  SGLang on B200: 30 at conc >= 16, else 10 (the sweep's
+                DeepSeek-R1 B200 SGLang launch scripts, FP8 and NVFP4, set
+                --scheduler-recv-interval so); every other run: 1 (the engine's default)
 
     python bench/heldout.py           # the tables
     python bench/heldout.py --runs    # and every run, predicted / measured
     python bench/heldout.py --json    # one JSON object
+    python bench/heldout.py --stepped # and the runs whose users' whole sequences do not all
+                                      # fit the KV cache, also stepped on the scheduler
+                                      # (backends.closed_loop: the same benchmark in virtual
+                                      # time, 10 x conc requests from a cold start)
 """
 
 from __future__ import annotations
@@ -38,12 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fastmode.backends.closed_loop import LoopSpec, stepped_closed_loop
+from fastmode.backends.predict import PlacementOptions, build_placement
+from fastmode.backends.profiles import Catalog
 from fastmode.cli import main as fastmode
 
 DATA = Path(__file__).resolve().parent / "data" / "heldout_inferencemax.toml"
 HARDWARE = {"b200": "b200", "b200-trt": "b200", "h200": "h200", "mi300x": "mi300x",
             "mi325x": "mi325x", "mi355x": "mi355x"}
 ENGINES = {"sglang": "sglang", "trt": "trtllm", "atom": "atom", "vllm": "vllm"}
+# runs whose launch script polls for new requests every N scheduler steps: (hw, framework)
+RECV_INTERVAL = {("b200", "sglang"): (30, 10)}  # (at conc >= 16, below)
 METRICS = ("ttft", "tpot", "throughput")
 MEAN_LENGTH = 0.9  # lengths uniform on [0.8 x L, L] (--random-range-ratio 0.8)
 
@@ -73,6 +85,8 @@ def predict_argv(run: dict[str, Any]) -> list[str]:
             "--expert-parallel", str(ep if tp % ep == 0 else 1), "--json"]
     if run["dp_attention"]:
         argv.append("--attention-dp")
+    if recv_interval(run) > 1:
+        argv += ["--scheduler-recv-interval", str(recv_interval(run))]
     return argv
 
 
@@ -171,11 +185,48 @@ def print_runs(scored: list[Scored]) -> None:
               f"tput {p['throughput']:.0f}/{m['throughput']:.0f} tok/s/GPU (predicted/measured)")
 
 
+def recv_interval(run: dict[str, Any]) -> int:
+    recv = RECV_INTERVAL.get((run["hw"], run["framework"]))
+    return 1 if recv is None else recv[0] if int(run["conc"]) >= 16 else recv[1]
+
+
+def print_stepped(scored: list[Scored]) -> None:
+    """The runs whose users' whole sequences overflow the KV cache, closed form against the
+    stepped loop (TTFT: the closed form's mean; the stepped loop's mean and median)."""
+    catalog = Catalog.builtin()
+    for s in scored:
+        r = s.run
+        if s.refused:
+            continue
+        model, precision = model_of(r)
+        tp, ep, conc = int(r["tp"]), int(r["ep"]), int(r["conc"])
+        opts = PlacementOptions(engine=ENGINES[r["framework"]], attention_dp=r["dp_attention"],
+                                expert_parallel=ep if tp % ep == 0 else 1)
+        p, _ = build_placement(catalog, model, HARDWARE[r["hw"]], tp, precision, 8192,
+                               options=opts)
+        if conc * (r["isl"] + r["osl"]) <= p.kv_capacity_tokens:
+            continue
+        f = stepped_closed_loop(p, LoopSpec(conc, r["isl"], r["osl"], ratio=0.8,
+                                            max_batch=max(256, conc),
+                                            recv_interval=recv_interval(r),
+                                            request_overhead=True))
+        m, c = s.measured, s.predicted
+        print(f"{s.slice} | {r['isl']}/{r['osl']} tp{tp} ep{ep} c{conc} (KV {p.kv_capacity_tokens}"
+              f" tokens): TTFT {c['ttft'] * 1e3:.0f} closed form, {f.ttft_mean_s * 1e3:.0f} / "
+              f"{f.ttft_median_s * 1e3:.0f} stepped mean / median, {m['ttft'] * 1e3:.0f} "
+              f"measured ms; TPOT {c['tpot'] * 1e3:.2f} / {f.tpot_s * 1e3:.2f} / "
+              f"{m['tpot'] * 1e3:.2f} ms; tput {c['throughput']:.0f} / "
+              f"{f.output_tokens_per_s / tp:.0f} / {m['throughput']:.0f} tok/s/GPU; "
+              f"{f.preemptions} preemptions")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the held-out runs (TOML)")
     ap.add_argument("--runs", action="store_true", help="print every run")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--stepped", action="store_true",
+                    help="also step the KV-bound runs on the scheduler (backends.closed_loop)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     scored = [score(r) for r in load_runs(args.data)]
@@ -189,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print_tables(summ)
     print(f"({time.perf_counter() - t0:.1f} s)")
+    if args.stepped:
+        print()
+        print_stepped(scored)
     return 0
 
 

@@ -36,7 +36,7 @@ from fastmode.backends.profiles import ProfileError
 
 
 def open_loop(p: Placement, rate: float, prompt_tokens: int, output_tokens: int,
-              max_batch: int = 256, max_batched_tokens: int = 8192, lag_steps: int = 0,
+              max_batch: int = 256, max_batched_tokens: int = 8192, lag_steps: float = 0,
               request_overhead: bool = False) -> Workload:
     """Steady state of Poisson arrivals at ``rate`` requests/s (see the module doc)."""
     if not rate > 0 or prompt_tokens <= 0 or output_tokens <= 0:

@@ -62,7 +62,7 @@ def serving_steady_state(
     max_batch: int = 256,
     max_batched_tokens: int = 8192,
     arrivals: str = "lockstep",
-    lag_steps: int = 0,
+    lag_steps: float = 0,
     request_overhead: bool = False,
 ) -> Workload:
     """A closed-loop serving benchmark: ``concurrency`` users, each sending its next request
@@ -83,7 +83,9 @@ def serving_steady_state(
       for the step in progress and for the prompts ahead of it (a queue of prefill work), then
       takes its own steps beside the others' decodes;
     - TTFT adds ``lag_steps`` mean steps: an engine that schedules a step while the previous
-      one runs (vLLM's async scheduling) admits a new request one step later; and, with
+      one runs (vLLM's async scheduling) admits a new request one step later, one that takes
+      new requests every N steps (SGLang's ``--scheduler-recv-interval N``) (N - 1) / 2 steps
+      later on average (``recv_lag_steps``); and, with
       ``request_overhead``, the hardware profile's ``request_overhead_ms`` (API server,
       tokenizer, streaming, the client): measurements include it (the calibration asks for
       it), fastmode's scheduler does not, so ``fastmode predict`` (the default) matches what
@@ -127,6 +129,16 @@ def serving_steady_state(
                         u / n, queue_wait)
 
 
+def recv_lag_steps(interval: int) -> float:
+    """Mean steps a request waits before the engine sees it when its scheduler takes new
+    requests every ``interval`` steps (SGLang's ``--scheduler-recv-interval``, default 1): an
+    arrival falls uniformly among the steps between two polls, (interval - 1) / 2 whole steps
+    on top of the step in progress that every engine makes it wait."""
+    if interval < 1:
+        raise ProfileError(f"scheduler-recv-interval: must be >= 1, got {interval}")
+    return (interval - 1) / 2
+
+
 def first_token_overhead_s(p: Placement, prompt_tokens: int) -> float:
     """The time to the first token besides the steps: the profile's ``request_overhead_ms``
     and its API server's tokenizing of the prompt, ``request_us_per_prompt_token`` each."""
@@ -154,7 +166,7 @@ def _closed_loop(concurrency: int, b: int, output_tokens: int, ttft: float, itl:
 
 
 def _spread(p: Placement, concurrency: int, b: int, prompt: int, output: int,
-            budget: int, lag_steps: int = 0, overhead: float = 0.0) -> Workload:
+            budget: int, lag_steps: float = 0, overhead: float = 0.0) -> Workload:
     """Closed loop whose requests arrive independently (lengths that vary desynchronise them).
 
     A prompt is cut into k chunks of what the step budget leaves beside the others' B - 1
@@ -192,7 +204,7 @@ class SpreadModel:
     arrival rate (``_spread``'s queue model; ``share`` of the arrivals are the others')."""
 
     def __init__(self, p: Placement, b: int, prompt: int, output: int, budget: int,
-                 lag_steps: int, overhead: float, share: float) -> None:
+                 lag_steps: float, overhead: float, share: float) -> None:
         self.decode_steps = max(0, output - 1)
         room = max(1, budget - (b - 1))  # the step budget left beside the others' decodes
         self.k = math.ceil(prompt / room)
@@ -308,6 +320,6 @@ def static_batch(
 
 
 __all__ = ["ARRIVALS", "SpreadModel", "Workload", "batch_that_fits", "kv_per_sequence", "finite_run_throughput",
-           "first_token_overhead_s",
+           "first_token_overhead_s", "recv_lag_steps",
            "waves_throughput",
            "serving_steady_state", "static_batch"]

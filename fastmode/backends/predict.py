@@ -17,7 +17,7 @@ from fastmode.backends.drivers import Arrival, VirtualDriver
 from fastmode.backends.engine import EngineSpec
 from fastmode.backends.perf import Placement, StepTime
 from fastmode.backends.perf_modes import disaggregated, open_loop
-from fastmode.backends.perf_serving import serving_steady_state
+from fastmode.backends.perf_serving import recv_lag_steps, serving_steady_state
 from fastmode.backends.profiles import Catalog, ProfileError
 from fastmode.backends.scheduler import Sequence
 from fastmode.backends.speculative import SpeculativePlacement, mtp_draft, speculative_placement
@@ -81,6 +81,8 @@ class PlacementOptions:
     draft_chips: int | None = None  # chips the draft runs on (None: all of the replica's)
     prefill_chips: int | None = None  # disaggregated: a prefill replica of this many chips
     rate: float | None = None  # open loop: Poisson arrivals at this rate (req/s)
+    # the scheduler takes new requests every N steps (SGLang's --scheduler-recv-interval)
+    recv_interval: int = 1
 
 
 def _engine(name: str | None) -> EngineProfile | None:
@@ -154,7 +156,8 @@ def predict_placement(
     throughput counts every output token over the requests' whole cycle. ``options`` adds
     the engine (its overheads, kernels and memory rule; its time to the first token is then in
     TTFT, as a benchmark of it measures), attention data parallelism, expert parallelism,
-    speculative decoding and prefill/decode disaggregation (``perf_modes.disaggregated``).
+    speculative decoding, prefill/decode disaggregation (``perf_modes.disaggregated``) and a
+    scheduler that takes new requests every ``recv_interval`` steps (``recv_lag_steps``).
     """
     o = options or PlacementOptions()
     _positive("chips", chips)
@@ -179,6 +182,9 @@ def predict_placement(
     extra: dict[str, Any] = {}
     total_chips = chips
     try:
+        lag = recv_lag_steps(o.recv_interval)
+        if o.prefill_chips is not None and lag:
+            raise PredictError("scheduler-recv-interval: not modelled with --prefill-chips")
         if o.prefill_chips is not None:
             _positive("prefill-chips", o.prefill_chips)
             pre = replace(p, chips=o.prefill_chips) if not isinstance(
@@ -196,10 +202,11 @@ def predict_placement(
                      "prefill_utilization": d.prefill_utilization}
         elif o.rate is not None:
             w = open_loop(p, o.rate, prompt_tokens, output_tokens, max_batch,
-                          max_batched_tokens, request_overhead=with_engine)
+                          max_batched_tokens, lag_steps=lag, request_overhead=with_engine)
         else:
             w = serving_steady_state(p, batch, prompt_tokens, output_tokens, max_batch,
-                                     max_batched_tokens, request_overhead=with_engine)
+                                     max_batched_tokens, lag_steps=lag,
+                                     request_overhead=with_engine)
     except ProfileError as exc:
         raise PredictError(str(exc)) from None
     ctx = prompt_tokens + output_tokens / 2
@@ -214,6 +221,7 @@ def predict_placement(
         "speculative": o.speculative,
         "arrivals": "poisson" if o.rate is not None else "closed",
         "rate": o.rate,
+        "scheduler_recv_interval": o.recv_interval,
         "batch": batch,
         "running_batch": w.running,
         "queued": w.queued,

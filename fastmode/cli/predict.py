@@ -61,6 +61,10 @@ def register(subparsers: Any) -> None:
                    "arrivals at --rate (fastmode simulate --json runs them with variable "
                    "lengths and several replicas)")
     p.add_argument("--rate", type=float, help="requests/s with --arrivals poisson")
+    p.add_argument("--scheduler-recv-interval", type=int, default=1, metavar="N",
+                   help="the engine takes new requests every N steps (SGLang's "
+                   "--scheduler-recv-interval; default 1): a request waits (N - 1) / 2 steps "
+                   "more for its first token")
     p.add_argument("--tier", help="a tier of the config, under its background load")
     p.add_argument("--config", help="config file (default: the built-in one)")
     p.add_argument("--prompt-tokens", type=int, default=2000)
@@ -204,7 +208,7 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
         raise UsageError("rate: --arrivals poisson needs --rate (requests/s)")
     if args.rate is not None and args.arrivals != "poisson":
         raise UsageError("rate: give --arrivals poisson with --rate")
-    for flag in ("expert_parallel", "draft_tokens"):
+    for flag in ("expert_parallel", "draft_tokens", "scheduler_recv_interval"):
         if getattr(args, flag) < 1:
             raise UsageError(f"{flag.replace('_', '-')}: must be >= 1")
     return PlacementOptions(
@@ -213,6 +217,7 @@ def placement_options(args: argparse.Namespace) -> PlacementOptions:
         speculative=args.speculative, draft_tokens=args.draft_tokens,
         acceptance=args.acceptance, draft_chips=args.draft_chips,
         prefill_chips=args.prefill_chips, rate=args.rate,
+        recv_interval=args.scheduler_recv_interval,
     )
 
 

@@ -60,3 +60,22 @@ def test_a_run_predict_refuses_is_counted_not_raised():
     assert s.refused and "fit" in s.refused
     st = summary([s])["all"]
     assert st["refused"] == 1 and st["predicted"] == 0 and st["median"] is None
+
+
+def test_the_b200_sglang_runs_poll_for_requests_as_their_launch_scripts_set():
+    runs = load_runs()
+
+    def interval(r: dict) -> str | None:
+        argv = predict_argv(r)
+        flag = "--scheduler-recv-interval"
+        return argv[argv.index(flag) + 1] if flag in argv else None
+
+    b200 = [r for r in runs if r["hw"] == "b200" and r["framework"] == "sglang"]
+    assert b200 and {interval(r) for r in b200 if r["conc"] >= 16} == {"30"}
+    assert {interval(r) for r in b200 if r["conc"] < 16} == {"10"}
+    assert all(interval(r) is None for r in runs if r["hw"] != "b200")
+    # and the flag reaches the prediction: later first tokens than an engine polling every step
+    run = next(r for r in b200 if r["conc"] == 64)
+    plain = dict(run, hw="b200-trt", framework="sglang")
+    assert interval(plain) is None
+    assert score(run).predicted["ttft"] > score(plain).predicted["ttft"] + 0.1
