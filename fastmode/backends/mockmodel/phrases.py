@@ -4,8 +4,8 @@ A reply is made of thousands of these, and composing one costs about eight rando
 template and a tokenizer scan. Composed once per process from a fixed seed (the same bank in
 every process, so a seeded reply is the same everywhere) and each split into tokens once, a
 phrase then costs the writer one draw and a reply's tokens are copies of the bank's
-(``tokens_of``). 4,096 sentences: a 1,000-token reply (~45 of them) repeats one in about one
-reply of four, which a reader does not notice in prose about serving systems.
+(``tokens_of``). 4,096 sentences: about one 1,000-token reply (~45 sentences) in four repeats
+one, which a reader does not notice in prose about serving systems.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class _Composer:
         s, s2 = c(SUBJECTS), c(SUBJECTS)
         v, v2 = c(VERBS), c(VERBS)
         o, o2 = c(OBJECTS), c(OBJECTS)
-        kind = randint(0, 12)  # (``rng.randrange(13)``: the same draw)
+        kind = randint(0, 12)
         if kind == 0:
             return f"{c(OPENERS)} {s} {_third_person(v)} {o} {c(ADVERBIALS)}."
         if kind == 1:

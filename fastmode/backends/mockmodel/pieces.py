@@ -57,7 +57,6 @@ _PIECES = _Pieces()
 MAX_SHARED_PIECES = 1 << 16
 
 
-
 def stop_index(text: str, stop: Sequence[str]) -> int | None:
     """Index of the earliest occurrence of any (non-empty) stop string, or None."""
     hits = [i for s in stop if s and (i := text.find(s)) >= 0]
