@@ -9,6 +9,13 @@ event is due (a future per tick, shared by every stream due then), and a stream 
 behind sends everything due in one write. What
 fastmode spends beyond this app is its framework, its protocol work and its bookkeeping.
 
+A request may say when its stream starts: ``/NAME?after=SECONDS`` sends the response head at
+once and the stream's first event that much later (in ticks), the way fastmode holds a request
+that waits in the engine's queue for a free slot. ``bench/pacing.py`` replays fastmode's own
+schedule that way (each stream starts when fastmode's stream of the same rank did), so the two
+servers carry the same number of concurrent streams and the comparison is the gateway's cost,
+not the engine's seating.
+
 Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS
   CAPTURES_JSON: {name: {"opening": str, "events": [str], "closing": str, "tokens": n,
                   "interval": g}}; a request to /NAME (POST, SSE) or a websocket to /NAME
@@ -82,6 +89,23 @@ TICKER: Ticker
 CAPTURES: dict[str, Capture] = {}
 
 
+def start_delay(scope: dict[str, Any]) -> float:
+    """The ``after`` query parameter: seconds before the stream's first event (0 if absent)."""
+    for part in scope.get("query_string", b"").split(b"&"):
+        name, _, value = part.partition(b"=")
+        if name == b"after":
+            return max(0.0, float(value))
+    return 0.0
+
+
+async def held(after: float) -> None:
+    """Wait ``after`` seconds on the ticker (whole ticks): a stream waiting for its slot."""
+    ticker = TICKER
+    ticks = round(after / ticker.itl)
+    if ticks > 0:
+        await ticker.at(ticker.index + ticks)
+
+
 async def paced(cap: Capture, emit: Any) -> None:
     """Hand ``emit`` each run of events as it falls due (one call per wake-up)."""
     ticker = TICKER
@@ -114,6 +138,7 @@ async def http(scope: dict[str, Any], receive: Any, send: Any) -> None:
     cap = CAPTURES[scope["path"].strip("/")]
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/event-stream")]})
+    await held(start_delay(scope))
     await send({"type": "http.response.body", "body": cap.bopening, "more_body": True})
     events = cap.bevents
 

@@ -22,7 +22,11 @@ fleet — and every reply is the mock model's own prose (``ignore_eos`` holds ea
 column that isolates the gateway: one spark replica with room for thousands of streams, the
 other tenants at 1%, a static fleet and a scripted reply (``gateway_overhead.bench_config``).
 On the built-in config more streams than the engine's free slots wait in its queue: each
-stream's rate is still judged against its own modeled times.
+stream's rate is still judged against its own modeled times, and the bare app replays that
+seating (``--bare-schedule fastmode``, the default): each of its streams starts as late as
+fastmode's stream of the same rank did in the run before, so both carry the same streams at
+once (the table's ``streams streaming at once`` line) and a fixed cost per engine step is
+spread over the same tokens. ``--bare-schedule at-once`` starts every bare stream at once.
 
 fastmode's rates are against the model's own pace: ``time_info`` without the host lag the
 replica slipped by (``completion_host_lag_time``, docs/streaming.md), so a host that could not
@@ -111,13 +115,36 @@ class Server:
         return await metric_sum(self.port, "fastmode_host_lag_seconds")
 
 
-async def streams(server: Server, n: int, tokens: int, interval: int) -> dict[str, Any]:
-    """``n`` concurrent streams: rates (x modeled), CPU per token, fewest reads, host lag."""
+def first_tokens(results: list[dict[str, Any]]) -> list[float]:
+    """When each stream's first token arrived, seconds after its request was sent, in order."""
+    return sorted(r["series"][0][0] - r["t_send"] for r in results if r["series"])
+
+
+def held_paths(path: str, starts: list[float] | None, n: int) -> list[str]:
+    """The bare app's request paths for ``n`` streams: each starts as late as fastmode's stream
+    of the same rank did (``starts``), or at once (no schedule yet, or ``--bare-schedule at-once``)."""
+    if not starts:
+        return [path] * n
+    return [f"{path}?after={starts[min(i, len(starts) - 1)]:.6f}" for i in range(n)]
+
+
+async def streams(server: Server, n: int, tokens: int, interval: int,
+                  schedule: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """``n`` concurrent streams: rates (x modeled), CPU per token, fewest reads, host lag.
+
+    ``schedule`` carries fastmode's seating to the bare app: fastmode's run stores when each of
+    its streams got its first token (the engine seats so many at a time, the rest wait in its
+    queue); the bare app's next run holds its streams as long, so both servers carry the same
+    concurrent streams. ``mean_active``: how many streams were streaming at once, on average."""
     lag0 = await server.lag()
+    starts = schedule.get("starts") if schedule is not None and server.path else None
+    paths = (held_paths(server.path, starts, n) if server.path else [None] * n)
     (u0, k0), t0, own = cpu_split(server.pid), time.perf_counter(), time.process_time()
     results = await asyncio.wait_for(asyncio.gather(*(
-        stream(server.port, CHAT, PROMPT, tokens, server.path) for _ in range(n))), 300)
+        stream(server.port, CHAT, PROMPT, tokens, p) for p in paths)), 300)
     (u1, k1), wall = cpu_split(server.pid), time.perf_counter() - t0
+    if schedule is not None and not server.path:
+        schedule["starts"] = first_tokens(results)
     cpu = u1 - u0 + k1 - k0
     lag1 = await server.lag()
     got = sum(r["tokens"] for r in results)
@@ -127,7 +154,17 @@ async def streams(server: Server, n: int, tokens: int, interval: int) -> dict[st
             "reads": min(len(r["series"]) for r in results),
             "complete": got == n * tokens, "wall": wall,
             "slips": lag1[0] - lag0[0], "lag_s": lag1[1] - lag0[1],
+            "mean_active": mean_active(results),
             "server_core": cpu / wall, "client_core": (time.process_time() - own) / wall}
+
+
+def mean_active(results: list[dict[str, Any]]) -> float:
+    """Streams streaming at once, on average: their first-to-last-token spans over the run's."""
+    spans = [(r["series"][0][0], r["series"][-1][0]) for r in results if r["series"]]
+    if not spans:
+        return 0.0
+    whole = max(b for _, b in spans) - min(a for a, _ in spans)
+    return sum(b - a for a, b in spans) / whole if whole > 0 else float(len(spans))
 
 
 async def requests(server: Server, total: int, tokens: int, concurrency: int) -> dict[str, Any]:
@@ -148,6 +185,11 @@ async def requests(server: Server, total: int, tokens: int, concurrency: int) ->
     return {"cpu_us": cpu / total * 1e6, "sys_us": (k1 - k0) / total * 1e6,
             "complete": got[0] == total * tokens,
             "per_s": total / wall}
+
+
+def schedule(args: argparse.Namespace) -> dict[str, list[float]] | None:
+    """A row's shared schedule (``streams``), or None with ``--bare-schedule at-once``."""
+    return {} if args.bare_schedule == "fastmode" else None
 
 
 def chat_to(model: str) -> Proto:
@@ -270,6 +312,9 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
         out.append(f"| {label}: server CPU µs/token | {span(f, 'cpu_us', '{:.2f}')} | "
                    f"{span(b, 'cpu_us', '{:.2f}')} | {ratio:.2f}× | |")
         out.append(kernel_row(f"{label}: of which the kernel's (system time)", f, b, "{:.2f}"))
+        out.append(f"| {label}: streams streaming at once (mean) | "
+                   f"{span(f, 'mean_active', '{:.0f}')} | {span(b, 'mean_active', '{:.0f}')} "
+                   "| | |")
         if key == "burst":
             out.append(f"| {label}: fewest reads of a stream's {args.tokens} tokens | "
                        f"{min(r['reads'] for r in f)} | {min(r['reads'] for r in b)} | | |")
@@ -316,6 +361,9 @@ async def main() -> None:
     ap.add_argument("--tokens", type=int, default=1000)
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--lone", type=int, default=20, help="requests per tier of the lone user")
+    ap.add_argument("--bare-schedule", choices=("fastmode", "at-once"), default="fastmode",
+                    help="fastmode: the bare app's streams start when fastmode's did (the same "
+                    "concurrent streams); at-once: every stream starts at once")
     ap.add_argument("--config", choices=CONFIGS, default="built-in",
                     help="built-in: what `make serve` runs, the mock model's prose; bench: one "
                     "spark replica, tenants at 1%%, a scripted reply (isolates the gateway)")
@@ -336,8 +384,10 @@ async def main() -> None:
                 for key, n in (("steady", 100), ("burst", 200)):
                     if key in rows:
                         print(f"{key}: {n} streams x {args.tokens} tokens, interval 1")
-                        def run(s: Any, n: int = n) -> Any:
-                            return streams(s, n, args.tokens, 1)
+                        seats = schedule(args)
+
+                        def run(s: Any, n: int = n, seats: Any = seats) -> Any:
+                            return streams(s, n, args.tokens, 1, seats)
 
                         res[key] = await interleaved(both, args.repeat, run)
                 if "requests" in rows:
@@ -350,8 +400,9 @@ async def main() -> None:
             if "interval8" in rows:
                 both = await pair(8, reply, args.tokens, server_core, tmp, procs, args.config)
                 print(f"interval8: 200 streams x {args.tokens} tokens, interval 8")
+                seats8 = schedule(args)
                 res["interval8"] = await interleaved(
-                    both, args.repeat, lambda s: streams(s, 200, args.tokens, 8))
+                    both, args.repeat, lambda s: streams(s, 200, args.tokens, 8, seats8))
                 stop(*procs)
                 procs.clear()
             if "lone" in rows:
