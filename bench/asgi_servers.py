@@ -24,7 +24,10 @@ Server CPU is the whole process tree's: every thread of the server process and o
 process below it (granian's main process, its worker, the worker's Rust threads), each
 thread's on-CPU nanoseconds from ``/proc/<pid>/task/<tid>/schedstat``. The system part is from
 the processes' clock ticks (``/proc/<pid>/stat``, which also hold the time of threads that have
-exited); their total beside the schedstat sum checks that no thread was missed.
+exited); their total beside the schedstat sum checks that no thread was missed. Below the
+table: what else the server core did during each run (``/proc/stat``: other processes' and the
+kernel's CPU, and the time the host stole from the virtual CPU), the worst run of each server,
+so a run disturbed by something else on the machine shows.
 
 granian is not a dependency of fastmode: ``.venv/bin/pip install granian`` to run this.
 
@@ -141,6 +144,21 @@ class TreeServer(Server):
         return self.meter.add(look), look.ticks[1]
 
 
+def core_times(core: int | None) -> tuple[float, float]:
+    """(busy, stolen) seconds of ``core`` so far from ``/proc/stat`` (clock ticks; busy: user,
+    nice, system, irq, softirq; stolen: the host ran something else on the virtual CPU).
+    (0, 0) when the server is not pinned."""
+    if core is None:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name == f"cpu{core}":
+            v = [int(x) for x in fields]
+            return (v[0] + v[1] + v[2] + v[5] + v[6]) / tick, v[7] / tick
+    return 0.0, 0.0
+
+
 def stop_tree(proc: Any) -> None:
     """Stop a server and whatever it started (by pid, those it had when asked to stop)."""
     below = [p for p in process_tree(proc.pid) if p != proc.pid]
@@ -153,17 +171,20 @@ def stop_tree(proc: Any) -> None:
 async def run_once(name: str, captures: Path, itl: float, core: int | None, path: str,
                    measure: Callable[[Server], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
     """``name``'s server started afresh on the captures, warmed, measured by ``measure``,
-    stopped; the row with the tree's threads and the check of ticks against schedstat."""
+    stopped; the row, with the tree's threads, the check of ticks against schedstat and what
+    else the core did meanwhile."""
     proc, port = start_bare(captures, itl, core, name)
     try:
         await requests(Server(name, port, proc.pid, "/short"), WARM_UP, 16, 32)
         server = TreeServer(name, port, proc.pid, path)
-        sched0, ticks0 = server.cpu()[0], server.ticks[0]
+        (busy0, steal0), sched0, ticks0 = core_times(core), server.cpu()[0], server.ticks[0]
         row = await measure(server)
-        sched1, ticks1 = server.cpu()[0], server.ticks[0]
+        sched1, ticks1, (busy1, steal1) = server.cpu()[0], server.ticks[0], core_times(core)
         row.update(threads=server.threads, processes=len(process_tree(proc.pid)),
                    lost=server.meter.lost,
-                   ticks_vs_sched=(ticks1 - ticks0) / max(sched1 - sched0, 1e-9))
+                   ticks_vs_sched=(ticks1 - ticks0) / max(sched1 - sched0, 1e-9),
+                   others_ms=max(busy1 - busy0 - (ticks1 - ticks0), 0.0) * 1e3,
+                   steal_ms=(steal1 - steal0) * 1e3)
         return row
     finally:
         stop_tree(proc)
@@ -210,9 +231,10 @@ def table(res: dict[str, dict[str, list[dict[str, Any]]]], n_requests: int,
 
 
 def footer(res: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
-    """What the CPU sums covered: processes and threads per server, threads lost, ticks
-    against schedstat."""
-    parts = []
+    """What the CPU sums covered (processes and threads per server, threads lost, ticks
+    against schedstat) and what else the server core did meanwhile: other processes' and the
+    kernel's CPU and the host's steal, per run (clock ticks: ±10 ms)."""
+    parts, disturbed = [], []
     for s in SERVERS:
         rows = [r for by in res.values() for r in by[s]]
         checks = sorted(r["ticks_vs_sched"] for r in rows)
@@ -220,7 +242,10 @@ def footer(res: dict[str, dict[str, list[dict[str, Any]]]]) -> str:
                      f"{max(r['threads'] for r in rows)} threads, "
                      f"{sum(r['lost'] for r in rows)} gone mid-run, clock ticks / schedstat "
                      f"{checks[0]:.2f}..{checks[-1]:.2f}")
-    return "CPU summed over: " + "; ".join(parts)
+        disturbed.append(f"{s} {max(r['others_ms'] for r in rows):.0f} ms of other CPU, "
+                         f"{max(r['steal_ms'] for r in rows):.0f} ms stolen")
+    return ("CPU summed over: " + "; ".join(parts) + "\nthe server core besides the server, "
+            "at most in a run: " + "; ".join(disturbed))
 
 
 def require_granian() -> None:

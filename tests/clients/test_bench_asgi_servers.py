@@ -76,7 +76,7 @@ def test_the_meter_adds_each_threads_growth_and_counts_threads_gone() -> None:
 def _row(cpu: float, **more: Any) -> dict[str, Any]:
     return {"cpu_us": cpu, "sys_us": cpu / 2, "per_s": 1000 / cpu, "slowest": 0.99,
             "fastest": 1.0, "slips": 0, "lag_s": 0.0, "threads": 5, "processes": 1, "lost": 0,
-            "ticks_vs_sched": 1.0, **more}
+            "ticks_vs_sched": 1.0, "others_ms": 0.0, "steal_ms": 0.0, **more}
 
 
 def test_the_table_sets_the_servers_side_by_side() -> None:
@@ -92,6 +92,14 @@ def test_the_table_sets_the_servers_side_by_side() -> None:
     assert any("90.0%..100.0%" in line for line in lines)
     assert not any("interval8" in line for line in lines)  # a row not run is left out
     assert footer(res).startswith("CPU summed over: uvicorn: 1 process(es), 5 threads")
+    assert "granian 0 ms of other CPU, 0 ms stolen" in footer(res)
+
+
+def test_a_cores_busy_and_stolen_time_grow() -> None:
+    core = sorted(os.sched_getaffinity(0))[0]
+    busy, steal = asgi_servers.core_times(core)
+    assert busy > 0 and steal >= 0
+    assert asgi_servers.core_times(None) == (0.0, 0.0)
 
 
 def test_a_missing_granian_is_one_line_naming_the_install(monkeypatch: Any) -> None:
