@@ -16,7 +16,16 @@ schedule that way (each stream starts when fastmode's stream of the same rank di
 servers carry the same number of concurrent streams and the comparison is the gateway's cost,
 not the engine's seating.
 
-Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS
+``--server granian`` runs the same app under granian instead (a Rust HTTP core; not a
+dependency of fastmode: ``.venv/bin/pip install granian``), for ``asgi_servers.py``: its ASGI
+interface with lifespan, one worker process, a single-threaded Rust runtime with one thread
+of each kind it has (``runtime_threads``, ``runtime_blocking_threads``, ``blocking_threads``:
+the fewest it allows; one core serves anyway), uvloop, HTTP/1 only (what uvicorn speaks),
+websockets on, no access log. granian imports the app afresh in its worker, so the captures
+and the pace reach the app through the environment (``BARE_ASGI_CAPTURES``, ``BARE_ASGI_ITL``),
+read at lifespan start-up; under uvicorn the app reads them the same way.
+
+Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS [--server uvicorn|granian]
   CAPTURES_JSON: {name: {"opening": str, "events": [str], "closing": str, "tokens": n,
                   "interval": g}}; a request to /NAME (POST, SSE) or a websocket to /NAME
                   (after one client frame) streams that capture.
@@ -24,12 +33,18 @@ Usage: python bench/bare_asgi.py PORT CAPTURES_JSON ITL_SECONDS
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import sys
+import os
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+SERVERS = ("uvicorn", "granian")
+ENV_CAPTURES, ENV_ITL = "BARE_ASGI_CAPTURES", "BARE_ASGI_ITL"
+GRANIAN_MISSING = "granian is not installed: .venv/bin/pip install granian"
 
 TOLERANCE_S = 0.002  # fastmode's PACING_TOLERANCE_S: the same pacing rule on both servers
 
@@ -106,6 +121,18 @@ async def held(after: float) -> None:
         await ticker.at(ticker.index + ticks)
 
 
+def load() -> None:
+    """The streams to replay and their pace, from the environment ``main`` set: the same in
+    the process that parsed the command line (uvicorn) and in a worker a server started
+    (granian imports this module afresh there). Once per process."""
+    global TICKER
+    if CAPTURES:
+        return
+    TICKER = Ticker(float(os.environ[ENV_ITL]))
+    for name, raw in orjson.loads(Path(os.environ[ENV_CAPTURES]).read_bytes()).items():
+        CAPTURES[name] = Capture(raw)
+
+
 async def paced(cap: Capture, emit: Any) -> None:
     """Hand ``emit`` each run of events as it falls due (one call per wake-up)."""
     ticker = TICKER
@@ -174,6 +201,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         while True:
             m = await receive()
             if m["type"] == "lifespan.startup":
+                load()
                 asyncio.get_running_loop().create_task(TICKER.run())
                 await send({"type": "lifespan.startup.complete"})
             else:
@@ -185,18 +213,40 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await http(scope, receive, send)
 
 
-def main() -> None:
-    global TICKER
-    port, path, itl = int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
-    TICKER = Ticker(itl)
-    for name, raw in orjson.loads(path.read_bytes()).items():
-        CAPTURES[name] = Capture(raw)
+def serve_uvicorn(port: int) -> None:
     import uvicorn
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False,
                 loop="uvloop",
                 http="httptools", ws="websockets-sansio", ws_per_message_deflate=False,
                 lifespan="on")
+
+
+def serve_granian(port: int) -> None:
+    try:
+        from granian.constants import HTTPModes, Interfaces, Loops, RuntimeModes
+        from granian.log import LogLevels
+        from granian.server import Server
+    except ImportError:
+        raise SystemExit(GRANIAN_MISSING) from None
+    Server("bench.bare_asgi:app", address="127.0.0.1", port=port,
+           interface=Interfaces.ASGI, workers=1, runtime_mode=RuntimeModes.st,
+           runtime_threads=1, runtime_blocking_threads=1, blocking_threads=1,
+           loop=Loops.uvloop, http=HTTPModes.http1, websockets=True,
+           log_level=LogLevels.warning, log_access=False, working_dir=ROOT).serve()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("port", type=int)
+    ap.add_argument("captures", type=Path, help="the captures JSON to replay")
+    ap.add_argument("itl", type=float, help="seconds between ticks")
+    ap.add_argument("--server", choices=SERVERS, default="uvicorn")
+    args = ap.parse_args()
+    os.environ[ENV_CAPTURES] = str(args.captures.resolve())
+    os.environ[ENV_ITL] = repr(args.itl)
+    load()  # a bad captures file fails here, before a server starts
+    (serve_granian if args.server == "granian" else serve_uvicorn)(args.port)
 
 
 if __name__ == "__main__":

@@ -109,6 +109,12 @@ class Server:
     def __init__(self, name: str, port: int, pid: int, path: str | None) -> None:
         self.name, self.port, self.pid, self.path = name, port, pid, path
 
+    def cpu(self) -> tuple[float, float]:
+        """(all, system) CPU seconds the server has used so far: its process's, in clock
+        ticks (a server that runs in more than one process or thread measures them all)."""
+        user, system = cpu_split(self.pid)
+        return user + system, system
+
     async def lag(self) -> tuple[float, float]:
         """Slips so far and the seconds they added (the bare app's ticker slips by the same
         rule and serves its own count)."""
@@ -139,13 +145,13 @@ async def streams(server: Server, n: int, tokens: int, interval: int,
     lag0 = await server.lag()
     starts = schedule.get("starts") if schedule is not None and server.path else None
     paths = (held_paths(server.path, starts, n) if server.path else [None] * n)
-    (u0, k0), t0, own = cpu_split(server.pid), time.perf_counter(), time.process_time()
+    (c0, k0), t0, own = server.cpu(), time.perf_counter(), time.process_time()
     results = await asyncio.wait_for(asyncio.gather(*(
         stream(server.port, CHAT, PROMPT, tokens, p) for p in paths)), 300)
-    (u1, k1), wall = cpu_split(server.pid), time.perf_counter() - t0
+    (c1, k1), wall = server.cpu(), time.perf_counter() - t0
     if schedule is not None and not server.path:
         schedule["starts"] = first_tokens(results)
-    cpu = u1 - u0 + k1 - k0
+    cpu = c1 - c0
     lag1 = await server.lag()
     got = sum(r["tokens"] for r in results)
     rates = sorted(rate_ratio(r, interval) for r in results)
@@ -178,10 +184,10 @@ async def requests(server: Server, total: int, tokens: int, concurrency: int) ->
             r = await stream(server.port, CHAT, PROMPT, tokens, server.path)
             got[0] += r["tokens"]
 
-    (u0, k0), t0 = cpu_split(server.pid), time.perf_counter()
+    (c0, k0), t0 = server.cpu(), time.perf_counter()
     await asyncio.wait_for(asyncio.gather(*(user() for _ in range(concurrency))), 600)
-    (u1, k1), wall = cpu_split(server.pid), time.perf_counter() - t0
-    cpu = u1 - u0 + k1 - k0
+    (c1, k1), wall = server.cpu(), time.perf_counter() - t0
+    cpu = c1 - c0
     return {"cpu_us": cpu / total * 1e6, "sys_us": (k1 - k0) / total * 1e6,
             "complete": got[0] == total * tokens,
             "per_s": total / wall}
@@ -235,28 +241,55 @@ def builtin_config(interval: int, tmp: Path) -> Path | None:
     return path
 
 
-async def pair(interval: int, reply: str, tokens: int, core: int | None, tmp: Path,
-               procs: list[Any], config: str = "built-in") -> tuple[Server, Server]:
-    """fastmode at ``interval`` on ``config`` and the bare app replaying its recorded
-    streams."""
+def start_fastmode(interval: int, core: int | None, tmp: Path, config: str = "built-in",
+                   reply: str = "") -> tuple[Any, Server]:
+    """fastmode at ``interval`` on ``config`` (``CONFIGS``; ``reply``: the bench config's
+    scripted reply), pinned to ``core``, healthy."""
     if config == "bench":
         cfg: Path | None = tmp / f"bench-{interval}.toml"
         assert cfg is not None
         cfg.write_text(bench_config(interval, reply))
     else:
         cfg = builtin_config(interval, tmp)
-    proc, fast = serve(cfg, core, tmp)
-    procs.append(proc)
+    return serve(cfg, core, tmp)
+
+
+async def record(fast: Server, interval: int, tokens: int, tmp: Path) -> tuple[Path, float]:
+    """fastmode's streams recorded for the bare app to replay: a ``long`` one of ``tokens``
+    tokens and a ``short`` one of 16, written to a captures file; the file and the long
+    stream's modeled inter-token latency (the pace the bare app replays at)."""
     await stream(fast.port, CHAT, PROMPT, 50, None)  # warm-up
     caps = {"long": await capture(fast.port, CHAT, PROMPT, tokens, interval),
             "short": await capture(fast.port, CHAT, PROMPT, 16, interval)}
     path = tmp / f"captures-{interval}.json"
     path.write_bytes(orjson.dumps(caps))
-    bare_port = free_port()
-    bare = start_pinned([PY, str(ROOT / "bench/bare_asgi.py"), str(bare_port), str(path),
-                         repr(caps["long"]["itl"])], core)
+    return path, float(caps["long"]["itl"])
+
+
+def start_bare(captures: Path, itl: float, core: int | None,
+               server: str = "uvicorn") -> tuple[Any, int]:
+    """``bench/bare_asgi.py`` replaying ``captures`` at ``itl`` under ``server`` (uvicorn or
+    granian), pinned to ``core``, healthy: its process and port."""
+    port = free_port()
+    proc = start_pinned([PY, str(ROOT / "bench/bare_asgi.py"), str(port), str(captures),
+                         repr(itl), "--server", server], core)
+    try:
+        wait_healthy(port, proc)
+    except RuntimeError:
+        stop(proc)
+        raise
+    return proc, port
+
+
+async def pair(interval: int, reply: str, tokens: int, core: int | None, tmp: Path,
+               procs: list[Any], config: str = "built-in") -> tuple[Server, Server]:
+    """fastmode at ``interval`` on ``config`` and the bare app replaying its recorded
+    streams."""
+    proc, fast = start_fastmode(interval, core, tmp, config, reply)
+    procs.append(proc)
+    path, itl = await record(fast, interval, tokens, tmp)
+    bare, bare_port = start_bare(path, itl, core)
     procs.append(bare)
-    wait_healthy(bare_port, bare)
     return fast, Server("bare", bare_port, bare.pid, "/long")
 
 
