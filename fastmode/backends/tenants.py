@@ -267,6 +267,21 @@ class TenantLoad:
         q.insert(k, [finish, count])
         self.active += count
 
+    def relief(self, now: float, step_s: float) -> tuple[int, int]:
+        """What a queue of ours can count on at the tenants' next tick: (steps of ``step_s``
+        until it, the seats they hold now above their mean load). Their seats are fixed from
+        one tick to the next, so a burst of theirs (a backlog admitted at one tick, after our
+        requests had the batch) holds the batch until the next tick only; that tick shares the
+        free slots out again, in proportion to who waits. A queue model that kept those seats
+        taken forever would state a wait many times what our requests then wait. (0, 0) when
+        they hold no more than their mean (Little's law at the operating step)."""
+        mean = sum(r * o for r, o in zip(self.rates, self._outputs, strict=True)) \
+            * self.demand.step_s
+        excess = self.seats - int(round(mean))
+        if excess <= 0 or step_s <= 0 or not math.isfinite(self.next_tick):
+            return 0, 0
+        return max(0, math.ceil((self.next_tick - now) / step_s)), excess
+
     def _tokens_per_tick(self) -> float:
         return self.tick_s / max(self.sched.decode_estimate(), 1e-9)
 

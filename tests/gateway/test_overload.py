@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -19,10 +20,12 @@ from configs import with_keys
 from test_openai_sdk import USER
 
 from fastmode.backends.drivers import new_sequence
+from fastmode.backends.drivers.base import Replica
 from fastmode.backends.engine import build
 from fastmode.backends.free_slot import free_slot_in
 from fastmode.backends.mockmodel import GenerationRequest
 from fastmode.backends.scheduler import Scheduler
+from fastmode.backends.tenants import TenantLoad
 from fastmode.gateway.app import create_app
 from fastmode.gateway.config import load_config
 from fastmode.gateway.engines.overflow import QueueModel
@@ -334,3 +337,51 @@ async def test_a_queue_the_other_tenants_fill_is_named_in_the_refusal_and_readin
     assert ready["ready"] is False and ready["waiting_others"] == 10
     assert ready["reason"] == "queue full (0 of ours, 10 of the other tenants')"
     assert 'fastmode_replica_waiting_others{deployment="std",replica="std-0"} 10.0' in metrics
+
+
+def _backlogged_spark(seed: int) -> tuple[Replica, TenantLoad]:
+    """A spark replica of the built-in config whose other tenants just took the batch: their
+    backlog (they waited while a burst of ours had the slots) admitted at one tick."""
+    spark = build(load_config().sim()).deployments["spark"]
+    assert spark.tenants is not None
+    sched = Scheduler(spark.placement, spark.limits, spark.background)
+    replica = Replica(sched, "spark-0", "spark")
+    tenants = replica.tenants = TenantLoad(spark.tenants, sched, random.Random(seed), 0.0, 2)
+    tenants.queues[0].append([0.0, 120])
+    tenants.queued += 120
+    tenants.advance(tenants.next_tick)  # the tick that admits their backlog
+    replica.next_start = tenants.next_tick - tenants.tick_s
+    return replica, tenants
+
+
+def test_a_burst_behind_the_tenants_backlog_is_told_the_wait_it_then_has() -> None:
+    """The other tenants' seats hold from one of their ticks to the next: a backlog of theirs
+    admitted at a tick fills the batch until the next one, which shares the slots out again.
+    A burst of ours arriving then is admitted, and the wait the model states for its last
+    request is the wait that request then has on the clock-free scheduler: the modeled wait
+    neither refuses what the engine would serve within the bound nor understates it."""
+    replica, tenants = _backlogged_spark(seed=1)
+    sched = replica.scheduler
+    limits = sched.limits
+    assert sched.background.seqs >= limits.max_batch - 4  # the tenants hold the batch
+    now = replica.next_start
+    step_s = sched.step_seconds(limits.max_batch, sched.background.kv_tokens, 0, 0)
+    model = QueueModel()
+    burst = [new_sequence(200, 1000, now) for _ in range(60)]
+    for seq in burst[:-1]:
+        assert sched.submit(seq)
+    relief = tenants.relief(now, step_s)
+    assert relief[1] > 0
+    stated = model.wait_steps(sched, relief)[0] * step_s
+    kept_forever = QueueModel().wait_steps(sched)[0] * step_s  # the tenants' seats never back
+    last = burst[-1]
+    assert sched.submit(last)
+    while last.admitted_at < 0:
+        result = replica.step()
+        assert result is not None and result.index < 100_000
+    waited = last.admitted_at - now
+    bound = load_config().server.max_queue_wait_s
+    assert waited < bound  # the engine serves it within the bound ...
+    assert stated < bound  # ... so it is not refused
+    assert stated == pytest.approx(waited, rel=0.35)
+    assert kept_forever > 3 * waited  # what the model stated when the seats never came back

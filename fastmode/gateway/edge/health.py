@@ -56,7 +56,7 @@ def tier_readiness(gateway: Gateway, remote: Any) -> dict[str, dict[str, Any]]:
         waiting = len(sched.waiting)
         others = sched.queued_elsewhere  # the other tenants' requests queue for it too
         free = sched.limits.max_batch - sched.background.seqs - sched.running
-        wait = gateway.modeled_wait(sched)
+        wait = gateway.modeled_wait(replica)
         entry: dict[str, Any] = {"ready": True, "waiting": waiting, "waiting_others": others,
                                  "queue_wait_s": round(wait, 3)}
         if down:

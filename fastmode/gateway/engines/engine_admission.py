@@ -82,9 +82,17 @@ class EngineAdmission:
         modeled queue wait (``overflow.QueueModel``)."""
         return self._step_s.get(id(sched), 0.0)
 
-    def modeled_wait(self, sched: Scheduler) -> float:
+    def modeled_wait(self, replica: RealtimeReplica) -> float:
         """Seconds a request arriving now would wait in this replica's queue (modeled)."""
-        return self.queues.wait_steps(sched)[0] * self.step_seconds(sched)
+        sched = replica.scheduler
+        step_s = self.step_seconds(sched)
+        return self.queues.wait_steps(sched, self._relief(replica, step_s))[0] * step_s
+
+    @staticmethod
+    def _relief(replica: RealtimeReplica, step_s: float) -> tuple[int, int]:
+        """The seats the other tenants give back at their next tick (``TenantLoad.relief``)."""
+        tenants = replica.tenants
+        return (0, 0) if tenants is None else tenants.relief(replica.clock(), step_s)
 
     def replica_states(self) -> Iterator[tuple[str, str, Scheduler]]:
         for name, dep in self.deployments.items():
@@ -193,8 +201,8 @@ class EngineAdmission:
         else:
             replica = dep.choose(prefix, prompt)  # the replica the driver will pick
         sched = replica.scheduler
-        wait_steps, _ = self.queues.wait_steps(sched)
         step_s = self.step_seconds(sched)
+        wait_steps, _ = self.queues.wait_steps(sched, self._relief(replica, step_s))
         bound = self.server.max_queue_wait_s
         if wait_steps * step_s > bound:
             wait = wait_steps * step_s

@@ -40,26 +40,32 @@ class QueueModel:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[int, tuple[int, int, list[int]]] = {}
+        self._cache: dict[int, tuple[int, int, list[int], tuple[int, int]]] = {}
 
-    def wait_steps(self, sched: Scheduler) -> tuple[int, int]:
-        """(steps until a new request is admitted, steps until the next slot frees)."""
+    def wait_steps(self, sched: Scheduler, relief: tuple[int, int] = (0, 0)
+                   ) -> tuple[int, int]:
+        """(steps until a new request is admitted, steps until the next slot frees).
+        ``relief``: (steps, slots): slots the other tenants hold now beyond their mean load,
+        free for our queue from that step on (``backends.tenants.TenantLoad.relief``)."""
         free = sched.limits.max_batch - sched.background.seqs - sched.running
         waiting = sched.waiting
         if len(waiting) < free:
             return 0, 0
         key = id(sched)
         cached = self._cache.get(key)
-        if cached is not None and cached[0] == sched.step_index and cached[1] <= len(waiting):
-            _, done, heap = cached
+        if (cached is not None and cached[0] == sched.step_index and cached[1] <= len(waiting)
+                and cached[3] == relief):
+            _, done, heap, _ = cached
         else:
-            done, heap = 0, self._slots(sched, free)
+            done, heap = 0, self._slots(sched, free) + [relief[0]] * relief[1]
+            heapq.heapify(heap)
+            heap = heap or [0]
         budget = max(1, sched.limits.max_batched_tokens)
         for seq in list(waiting)[done:]:  # FCFS: each waiting sequence takes the next slot
             t = heapq.heappop(heap)
             prefill = math.ceil(max(1, seq.prompt_tokens - seq.cached_tokens) / budget)
             heapq.heappush(heap, t + prefill + seq.output_tokens)
-        self._cache[key] = (sched.step_index, len(waiting), heap)
+        self._cache[key] = (sched.step_index, len(waiting), heap, relief)
         return heap[0], self._first_free(sched)
 
     @staticmethod
@@ -72,8 +78,7 @@ class QueueModel:
         for seq in sched.prefilling:
             heap.append(math.ceil(max(1, seq.prompt_tokens - seq.prefilled) / budget)
                         + seq.output_tokens)
-        heapq.heapify(heap)
-        return heap or [0]
+        return heap
 
     @staticmethod
     def _first_free(sched: Scheduler) -> int:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-from fastmode.backends.drivers import PoolHandle, RealtimeFleet
+from fastmode.backends.drivers import PoolHandle, RealtimeFleet, RealtimeReplica
 from fastmode.backends.engine import EngineSpec, Tier, build
 from fastmode.backends.mockmodel import warm as warm_the_writer
 from fastmode.backends.scheduler import Scheduler
@@ -112,9 +112,9 @@ class Gateway:
     def step_seconds(self, sched: Scheduler) -> float:
         return self.engine.step_seconds(sched)
 
-    def modeled_wait(self, sched: Scheduler) -> float:
+    def modeled_wait(self, replica: RealtimeReplica) -> float:
         """Seconds a request arriving now would wait in this replica's queue (modeled)."""
-        return self.engine.modeled_wait(sched)
+        return self.engine.modeled_wait(replica)
 
     async def stop(self, drain_s: float = 30.0) -> None:
         """Let running requests finish (they are billed), then stop the replicas and flush
