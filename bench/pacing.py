@@ -127,11 +127,12 @@ def first_tokens(results: list[dict[str, Any]]) -> list[float]:
 
 
 def held_paths(path: str, starts: list[float] | None, n: int) -> list[str]:
-    """The bare app's request paths for ``n`` streams: each starts as late as fastmode's stream
-    of the same rank did (``starts``), or at once (no schedule yet, or ``--bare-schedule at-once``)."""
+    """The bare app's request paths: with fastmode's schedule (``starts``), one per stream
+    fastmode served, each starting as late as fastmode's stream of the same rank did; without
+    one (no schedule yet, or ``--bare-schedule at-once``), ``n`` that start at once."""
     if not starts:
         return [path] * n
-    return [f"{path}?after={starts[min(i, len(starts) - 1)]:.6f}" for i in range(n)]
+    return [f"{path}?after={start:.6f}" for start in starts]
 
 
 async def streams(server: Server, n: int, tokens: int, interval: int,
@@ -154,11 +155,13 @@ async def streams(server: Server, n: int, tokens: int, interval: int,
     cpu = c1 - c0
     lag1 = await server.lag()
     got = sum(r["tokens"] for r in results)
-    rates = sorted(rate_ratio(r, interval) for r in results)
+    served = [r for r in results if r["series"]]  # a refused request (503) has no tokens
+    rates = sorted(rate_ratio(r, interval) for r in served) or [0.0]
     return {"slowest": rates[0], "fastest": rates[-1], "median": statistics.median(rates),
             "cpu_us": cpu / max(got, 1) * 1e6, "sys_us": (k1 - k0) / max(got, 1) * 1e6,
-            "reads": min(len(r["series"]) for r in results),
-            "complete": got == n * tokens, "wall": wall,
+            "reads": min((len(r["series"]) for r in served), default=0),
+            "refused": len(results) - len(served),
+            "complete": got == len(served) * tokens, "wall": wall,
             "slips": lag1[0] - lag0[0], "lag_s": lag1[1] - lag0[1],
             "mean_active": mean_active(results),
             "server_core": cpu / wall, "client_core": (time.process_time() - own) / wall}
@@ -342,6 +345,11 @@ def table(res: dict[str, Any], args: argparse.Namespace) -> list[str]:
             r["cpu_us"] for r in b)
         out.append(f"| {label}: slowest..fastest of modeled | {rates(f)} | {rates(b)} | | "
                    f"{lag(f)} / {lag(b)} |")
+        refused = [r.get("refused", 0) for r in f]
+        if any(refused):
+            out.append(f"| {label}: refused by the engine per run (503, queue full; the bare "
+                       f"app then streams only those served) | "
+                       f"{' / '.join(map(str, refused))} | | | |")
         out.append(f"| {label}: server CPU µs/token | {span(f, 'cpu_us', '{:.2f}')} | "
                    f"{span(b, 'cpu_us', '{:.2f}')} | {ratio:.2f}× | |")
         out.append(kernel_row(f"{label}: of which the kernel's (system time)", f, b, "{:.2f}"))
