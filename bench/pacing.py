@@ -64,6 +64,7 @@ from bench.harness import (
     toml_dumps,
     wait_healthy,
 )
+from bench.seating import first_tokens, held_paths, mean_active
 from bench.stream_client import PROTOCOLS, Proto, capture, chat_final, stream, user_messages
 
 PY = sys.executable
@@ -121,20 +122,6 @@ class Server:
         return await metric_sum(self.port, "fastmode_host_lag_seconds")
 
 
-def first_tokens(results: list[dict[str, Any]]) -> list[float]:
-    """When each stream's first token arrived, seconds after its request was sent, in order."""
-    return sorted(r["series"][0][0] - r["t_send"] for r in results if r["series"])
-
-
-def held_paths(path: str, starts: list[float] | None, n: int) -> list[str]:
-    """The bare app's request paths: with fastmode's schedule (``starts``), one per stream
-    fastmode served, each starting as late as fastmode's stream of the same rank did; without
-    one (no schedule yet, or ``--bare-schedule at-once``), ``n`` that start at once."""
-    if not starts:
-        return [path] * n
-    return [f"{path}?after={start:.6f}" for start in starts]
-
-
 async def streams(server: Server, n: int, tokens: int, interval: int,
                   schedule: dict[str, list[float]] | None = None) -> dict[str, Any]:
     """``n`` concurrent streams: rates (x modeled), CPU per token, fewest reads, host lag.
@@ -165,15 +152,6 @@ async def streams(server: Server, n: int, tokens: int, interval: int,
             "slips": lag1[0] - lag0[0], "lag_s": lag1[1] - lag0[1],
             "mean_active": mean_active(results),
             "server_core": cpu / wall, "client_core": (time.process_time() - own) / wall}
-
-
-def mean_active(results: list[dict[str, Any]]) -> float:
-    """Streams streaming at once, on average: their first-to-last-token spans over the run's."""
-    spans = [(r["series"][0][0], r["series"][-1][0]) for r in results if r["series"]]
-    if not spans:
-        return 0.0
-    whole = max(b for _, b in spans) - min(a for a, _ in spans)
-    return sum(b - a for a, b in spans) / whole if whole > 0 else float(len(spans))
 
 
 async def requests(server: Server, total: int, tokens: int, concurrency: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ so the virtual and real-time timelines stay the same.
 from __future__ import annotations
 
 import math
+import operator
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -174,11 +175,9 @@ class TenantLoad:
     theirs, so a tick costs what finishes in it, not what runs.
     """
 
-    __slots__ = (
-        "demand", "sched", "rng", "tick_s", "origin", "ticks", "next_tick", "rates", "prefill",
-        "running", "active", "progress", "queues", "queued", "stats", "seat_s", "seats",
-        "_levels", "_ctx", "_outputs",
-    )
+    __slots__ = ("demand", "sched", "rng", "tick_s", "origin", "ticks", "next_tick", "rates",
+                 "prefill", "running", "active", "progress", "queues", "queued", "stats",
+                 "seat_s", "seats", "_levels", "_ctx", "_outputs")
 
     def __init__(
         self, demand: TenantDemand, scheduler: Scheduler, rng: random.Random, start: float,
@@ -267,20 +266,10 @@ class TenantLoad:
         q.insert(k, [finish, count])
         self.active += count
 
-    def relief(self, now: float, step_s: float) -> tuple[int, int]:
-        """What a queue of ours can count on at the tenants' next tick: (steps of ``step_s``
-        until it, the seats they hold now above their mean load). Their seats are fixed from
-        one tick to the next, so a burst of theirs (a backlog admitted at one tick, after our
-        requests had the batch) holds the batch until the next tick only; that tick shares the
-        free slots out again, in proportion to who waits. A queue model that kept those seats
-        taken forever would state a wait many times what our requests then wait. (0, 0) when
-        they hold no more than their mean (Little's law at the operating step)."""
-        mean = sum(r * o for r, o in zip(self.rates, self._outputs, strict=True)) \
-            * self.demand.step_s
-        excess = self.seats - int(round(mean))
-        if excess <= 0 or step_s <= 0 or not math.isfinite(self.next_tick):
-            return 0, 0
-        return max(0, math.ceil((self.next_tick - now) / step_s)), excess
+    @property
+    def mean_seats(self) -> float:
+        """Their mean seats at their rates now (Little's law at the operating step)."""
+        return sum(map(operator.mul, self.rates, self._outputs)) * self.demand.step_s
 
     def _tokens_per_tick(self) -> float:
         return self.tick_s / max(self.sched.decode_estimate(), 1e-9)

@@ -13,7 +13,8 @@ import pytest
 
 from bench.bare_asgi import start_delay
 from bench.harness import ROOT, free_port, stop, wait_healthy
-from bench.pacing import CHAT, first_tokens, held_paths, mean_active
+from bench.pacing import CHAT
+from bench.seating import first_tokens, held_paths, mean_active
 from bench.stream_client import stream
 
 

@@ -90,9 +90,8 @@ class EngineAdmission:
 
     @staticmethod
     def _relief(replica: RealtimeReplica, step_s: float) -> tuple[int, int]:
-        """The seats the other tenants give back at their next tick (``TenantLoad.relief``)."""
         tenants = replica.tenants
-        return (0, 0) if tenants is None else tenants.relief(replica.clock(), step_s)
+        return (0, 0) if tenants is None else overflow.relief(tenants, replica.clock(), step_s)
 
     def replica_states(self) -> Iterator[tuple[str, str, Scheduler]]:
         for name, dep in self.deployments.items():

@@ -26,6 +26,7 @@ import math
 from fastmode.backends.drivers import PoolHandle
 from fastmode.backends.free_slot import free_slot_in
 from fastmode.backends.scheduler import Scheduler
+from fastmode.backends.tenants import TenantLoad
 from fastmode.gateway.config import ServerConfig
 from fastmode.gateway.errors import APIError, retry_headers
 
@@ -46,7 +47,7 @@ class QueueModel:
                    ) -> tuple[int, int]:
         """(steps until a new request is admitted, steps until the next slot frees).
         ``relief``: (steps, slots): slots the other tenants hold now beyond their mean load,
-        free for our queue from that step on (``backends.tenants.TenantLoad.relief``)."""
+        free for our queue from that step on (``relief``)."""
         free = sched.limits.max_batch - sched.background.seqs - sched.running
         waiting = sched.waiting
         if len(waiting) < free:
@@ -88,6 +89,20 @@ class QueueModel:
 
     def forget(self, sched: Scheduler) -> None:
         self._cache.pop(id(sched), None)
+
+
+def relief(tenants: TenantLoad, now: float, step_s: float) -> tuple[int, int]:
+    """What a queue of ours can count on at the other tenants' next tick: (steps of ``step_s``
+    until it, the seats they hold now above their mean). Their seats are fixed from one tick to
+    the next, so a burst of theirs (a backlog admitted at one tick, after our requests had the
+    batch) holds the batch until the next tick only, which shares the free slots out again in
+    proportion to who waits. A queue model that kept those seats taken forever stated a wait
+    many times what our requests then waited, and refused them. (0, 0) when they hold no more
+    than their mean."""
+    excess = tenants.seats - int(round(tenants.mean_seats))
+    if excess <= 0 or step_s <= 0 or not math.isfinite(tenants.next_tick):
+        return 0, 0
+    return max(0, math.ceil((tenants.next_tick - now) / step_s)), excess
 
 
 def until_slot_frees(dep: PoolHandle) -> float:
