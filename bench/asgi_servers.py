@@ -38,7 +38,6 @@ Usage: python bench/asgi_servers.py [--rows requests,steady,interval8] [--repeat
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib.util
 import os
@@ -53,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bare_asgi import GRANIAN_MISSING, SERVERS
-from bench.harness import cores, pin_self, stop
+from bench.harness import cores, pin_self, run_client, stop
 from bench.pacing import Server, rates, record, requests, span, start_bare, start_fastmode, streams
 
 ROWS = ("requests", "steady", "interval8")
@@ -309,9 +308,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    run_client(main)

@@ -47,6 +47,7 @@ from bench.harness import (
     cpu_seconds,
     free_port,
     pin_self,
+    run_client,
     start_pinned,
     stop,
     toml_dumps,
@@ -358,9 +359,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop  # the client's own cost per event is what limits how many streams it reads
-    except ImportError:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    run_client(main)

@@ -6,13 +6,14 @@ Every wait is bounded; servers are only ever started on 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,14 @@ def _value(v: object) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def run_client(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a benchmark's client on uvloop when it is installed (the client's own cost per
+    event is what limits how many streams it reads), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main())
+    else:
+        uvloop.run(main())

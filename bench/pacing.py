@@ -59,6 +59,7 @@ from bench.harness import (
     cpu_split,
     free_port,
     pin_self,
+    run_client,
     start_pinned,
     stop,
     toml_dumps,
@@ -442,9 +443,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-    else:
-        uvloop.run(main())
+    run_client(main)
