@@ -269,7 +269,7 @@ class TenantLoad:
     @property
     def mean_seats(self) -> float:
         """Their mean seats at their rates now (Little's law at the operating step)."""
-        return sum(map(operator.mul, self.rates, self._outputs)) * self.demand.step_s
+        return float(sum(map(operator.mul, self.rates, self._outputs))) * self.demand.step_s
 
     def _tokens_per_tick(self) -> float:
         return self.tick_s / max(self.sched.decode_estimate(), 1e-9)
