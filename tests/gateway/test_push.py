@@ -424,3 +424,32 @@ async def test_text_deltas_written_as_sse_are_the_framed_events(app_for, path, i
     assert any(kind is WIRE for kind, _ in wired.buffer.frames)  # the framed path was taken
     job.cancel()
     turn.settle(499)
+
+
+async def test_streams_that_start_together_encode_their_runs_on_different_tokens(app_for) -> None:
+    """Streams admitted in one engine step stay in step. Their event buffers' first runs are
+    short by shares of a run that differ from one buffer to the next, so their later runs fall
+    on tokens of their own (no burst of encoding inside one step), and each stream's bytes are
+    the same as its encoder writes without a buffer."""
+    app = await app_for(8)
+    body = {**CHAT, "messages": [{"role": "user", "content": "write about the sea"}],
+            "max_tokens": 200, "ignore_eos": True}
+    turns = [await started(app, body) for _ in range(8)]
+    next_runs = set()
+    for turn in turns:
+        enc = turn.encoder
+        assert enc is not None and turn.job is not None
+        enc.interval = 8  # as the turn's loop sets it from the tier
+        sent = [enc.sse_tokens(0, 8)]
+        assert enc.buffer is not None
+        next_runs.add(enc.buffer.encoded)  # where this buffer's next run begins
+        sent += [enc.sse_tokens(t, 8) for t in range(8, 200, 8)]
+        plain = turn.protocol.encoder(turn.job, turn.req, turn.request)
+        plain.interval = 8
+        assert b"".join(sent) == plain.sse(plain.tokens(0, 200))
+    assert len(next_runs) == 8
+    assert all(r % 8 == 0 and 8 <= r <= 64 for r in next_runs)
+    for turn in turns:  # as a client that went away: billed for what the engine made
+        assert turn.job is not None
+        turn.job.stream.cancel()
+        turn.settle(499)

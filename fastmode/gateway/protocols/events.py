@@ -22,6 +22,7 @@ events are tied to token indices (the start and end of a thinking block, summary
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
 from typing import Any, Protocol
@@ -45,6 +46,13 @@ class Encoder(Protocol):
     def framed(self, frames: Frames) -> list[bytes]: ...
 
 AHEAD = 64  # tokens encoded per run: a few microseconds of work before a first token
+# Streams admitted in one engine step stay in step: with runs of AHEAD tokens each, all of them
+# would encode their next run inside the same step, every AHEAD steps (32 spark streams on a
+# replica: ~1.7 ms at once, past the pacing tolerance with two replicas, so the replicas
+# slipped every ~58 ms). A buffer's first run is shorter by a share of AHEAD that differs from
+# one buffer to the next, so streams that start together refill on different steps.
+_STAGGER = itertools.count()
+_STAGGER_STEP = 37  # coprime with the number of groups in a run: the shares go round them all
 _RECORDS: dict[type, bool] = {}  # encoder class -> its tokens() loops on `pieces` (marks)
 
 
@@ -143,7 +151,7 @@ class EventBuffer:
     by reference counting, not left to the cyclic collector (every request would feed it)."""
 
     __slots__ = ("total", "encoded", "served", "tok0", "frames", "wire", "index",
-                 "mode", "per_token", "ahead")
+                 "mode", "per_token", "ahead", "short")
 
     def __init__(self, enc: Encoder, total: int) -> None:
         self.total = total
@@ -151,6 +159,9 @@ class EventBuffer:
         self.served = 0  # tokens whose events were handed to the transport
         # a run is whole groups of ``interval`` tokens: runs never split an event
         self.ahead = -(-AHEAD // enc.interval) * enc.interval
+        groups = self.ahead // enc.interval
+        # tokens the first run is short by: 0 .. ahead - interval, whole groups (_STAGGER)
+        self.short = (next(_STAGGER) * _STAGGER_STEP % groups) * enc.interval
         self.tok0 = 0  # the first token still in the buffer
         self.frames: Frames = []  # events of tokens tok0 .. encoded
         # the same events as the transport writes them (``mode``): SSE bytes, or the text of
@@ -185,7 +196,8 @@ class EventBuffer:
             self.index = [x - f for x in self.index[start - self.tok0:]]
             self.tok0 = start
         a = self.encoded
-        b = min(self.total, max(stop, a + self.ahead))
+        b = min(self.total, max(stop, a + self.ahead - self.short))
+        self.short = 0
         base = len(self.frames)
         if self.per_token is None:
             new, pos = self._probe(enc, a, b)
