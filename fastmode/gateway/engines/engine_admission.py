@@ -90,8 +90,11 @@ class EngineAdmission:
 
     @staticmethod
     def _relief(replica: RealtimeReplica, step_s: float) -> tuple[int, int]:
+        """Counted from the replica's next step start, not the clock: the same all through a
+        step, so the queue model's play-forward stays cached across a burst's submissions."""
         tenants = replica.tenants
-        return (0, 0) if tenants is None else overflow.relief(tenants, replica.clock(), step_s)
+        return (0, 0) if tenants is None else overflow.relief(tenants, replica.next_start,
+                                                              step_s)
 
     def replica_states(self) -> Iterator[tuple[str, str, Scheduler]]:
         for name, dep in self.deployments.items():

@@ -47,7 +47,7 @@ class QueueModel:
                    ) -> tuple[int, int]:
         """(steps until a new request is admitted, steps until the next slot frees).
         ``relief``: (steps, slots): slots the other tenants hold now beyond their mean load,
-        free for our queue from that step on (``relief``)."""
+        free for our queue from that step on (the module's ``relief``)."""
         free = sched.limits.max_batch - sched.background.seqs - sched.running
         waiting = sched.waiting
         if len(waiting) < free:
