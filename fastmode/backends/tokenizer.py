@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -92,22 +93,71 @@ class PromptTooLong(Exception):
 
 
 _BUDGET: ContextVar[int | None] = ContextVar("fastmode_prompt_budget", default=None)
+_SCOPE: ContextVar[str | None] = ContextVar("fastmode_count_scope", default=None)
+
+# Long texts' counts, remembered per caller (``prompt_budget(limit, scope)``). A coding agent
+# sends its whole conversation again at every turn: a system prompt and tool definitions of tens
+# of kilobytes, then every earlier message. Counting is one scan of the pattern over each text,
+# ~70 us a kilobyte on a 2-core VM (a 60 KB Codex CLI request, counted for its total and again
+# per cache unit: ~8 ms of CPU); a remembered count costs the text's hash, ~1 us a kilobyte.
+# A caller's counts are its own: no caller can time whether another sent a text.
+MEMO_MIN_CHARS = 512  # shorter texts are counted again (a scan costs about what a lookup does)
+MEMO_MAX_CHARS = 16 << 20  # the texts kept for it, in all (~16 MB); least recently used go first
+
+
+class _Counts:
+    """(scope, text) -> tokens, least recently used first; shared by the event loop and the
+    threads that translate large bodies, so each change holds a lock."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self.chars = 0
+        self.counts: dict[tuple[str, str], int] = {}
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> int | None:
+        with self.lock:
+            n = self.counts.pop(key, None)
+            if n is not None:
+                self.counts[key] = n  # now the most recently used
+            return n
+
+    def put(self, key: tuple[str, str], n: int) -> None:
+        size = len(key[1])
+        if size > self.max_chars:
+            return
+        with self.lock:
+            if key in self.counts:
+                return
+            self.counts[key] = n
+            self.chars += size
+            while self.chars > self.max_chars:
+                oldest = next(iter(self.counts))
+                del self.counts[oldest]
+                self.chars -= len(oldest[1])
+
+
+_COUNTS = _Counts(MEMO_MAX_CHARS)
 
 
 class prompt_budget:  # noqa: N801 (used as a function: ``with prompt_budget(n):``)
-    """Prompt counts inside this block raise ``PromptTooLong`` past ``limit`` tokens. A class,
+    """Prompt counts inside this block raise ``PromptTooLong`` past ``limit`` tokens; with a
+    ``scope`` (the caller's key), counts of long texts are remembered for that scope. A class,
     not ``contextlib.contextmanager``: it wraps every request's translation, and a generator
     context manager costs ~1 us more per use."""
 
-    __slots__ = ("limit", "_token")
+    __slots__ = ("limit", "scope", "_token", "_scoped")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, scope: str | None = None) -> None:
         self.limit = limit
+        self.scope = scope
 
     def __enter__(self) -> None:
         self._token = _BUDGET.set(self.limit)
+        self._scoped = _SCOPE.set(self.scope)
 
     def __exit__(self, *exc: object) -> None:
+        _SCOPE.reset(self._scoped)
         _BUDGET.reset(self._token)
 
 
@@ -130,15 +180,30 @@ def tokenize(text: str) -> list[str]:
 
 
 def count_tokens(text: str) -> int:
-    """Number of tokens in ``text``, without building the token list.
+    """Number of tokens in ``text``, without building the token list (remembered for a long
+    text inside ``prompt_budget(limit, scope)``).
 
     ``subn`` with an empty replacement counts the matches inside the regex engine; since every
     character belongs to some token, the (empty) result string costs nothing to build. With a
     ``count`` it stops after that many matches, and what it returns is the text not yet
     matched: the next chunk.
     """
-    if not text:
-        return 0
+    if len(text) < MEMO_MIN_CHARS:
+        return _TOKEN_RE.subn("", text)[1] if text else 0
+    scope = _SCOPE.get()
+    if scope is None:
+        return _scan(text)
+    key = (scope, text)
+    n = _COUNTS.get(key)
+    if n is None:
+        n = _scan(text)  # (a text past the budget raises here: never remembered)
+        _COUNTS.put(key, n)
+    else:
+        _over(n)
+    return n
+
+
+def _scan(text: str) -> int:
     if len(text) <= CHUNK_CHARS:
         return _TOKEN_RE.subn("", text)[1]
     total = 0

@@ -210,3 +210,19 @@ def test_opencodes_read_result_is_unwrapped() -> None:
     raw = ("<path>/w/README.md</path>\n<type>file</type>\n<content>\n1: Hello from the scratch "
            "README.\n2:\n3: Third line.\n\n(End of file - total 3 lines)\n</content>")
     assert read_result(raw).lines == ["Hello from the scratch README.", "", "Third line."]
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("<environment_context>\n  <cwd>/w/repo</cwd>\n</environment_context>", "/w/repo"),  # Codex
+    ("You are Claude Code.\nPrimary working directory: /home/u/proj\n", "/home/u/proj"),
+    ("Here is some useful information:\nWorking directory: /srv/app\n", "/srv/app"),  # opencode
+    ("WORKING DIRECTORY = /Upper/Case", "/Upper/Case"),
+    ("cwd: /tmp/x and more", "/tmp/x"),
+    ("You are an agent. No directory is stated here." * 400, ""),
+])  # fmt: skip
+def test_the_working_directory_is_read_as_each_harness_states_it(text: str, where: str) -> None:
+    from fastmode.backends.mockmodel.agent import cwd
+
+    assert cwd([{"role": "system", "content": text}]) == where
+    assert cwd([{"role": "user", "content": [{"type": "text", "text": text}]}]) == where
+    assert cwd([{"role": "tool", "content": text}]) == ""  # a tool's output states nothing

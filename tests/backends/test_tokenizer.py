@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,3 +155,53 @@ def test_a_prompt_budget_stops_counting_soon_after_it() -> None:
 def test_a_part_whose_type_is_not_a_string_counts_its_text() -> None:
     assert count_chat_prompt([{"role": "user", "content": [{"type": [], "text": "hi"}]}]) == (
         count_chat_prompt([{"role": "user", "content": "hi"}]))
+
+
+def test_a_callers_long_texts_are_counted_once_and_only_for_it(monkeypatch) -> None:
+    """An agent resends its conversation every turn: inside ``prompt_budget(limit, scope)`` a
+    long text's count is remembered for that scope (the same count, one scan), and another
+    caller's count of the same text is scanned again (no caller can time another's texts)."""
+    from fastmode.backends import tokenizer
+    from fastmode.backends.tokenizer import MEMO_MIN_CHARS, prompt_budget
+
+    scans: list[int] = []
+    scan = tokenizer._scan
+    monkeypatch.setattr(tokenizer, "_scan", lambda text: scans.append(len(text)) or scan(text))
+    monkeypatch.setattr(tokenizer, "_COUNTS", tokenizer._Counts(tokenizer.MEMO_MAX_CHARS))
+    system = (PROSE + " ") * 3
+    assert len(system) >= MEMO_MIN_CHARS
+    plain = count_tokens(system)
+    turns = [[{"role": "system", "content": system}, {"role": "user", "content": f"turn {k}"}]
+             for k in range(3)]
+    with prompt_budget(1_000_000, "Bearer sk-a"):
+        counts = [count_chat_prompt(t) for t in turns]
+    assert counts == [count_chat_prompt(t) for t in turns]  # what counting without a scope says
+    assert counts[0] == MESSAGE_OVERHEAD * 2 + REPLY_PRIMING + plain + count_tokens("system") \
+        + count_tokens("user") + count_tokens("turn 0")
+    assert scans.count(len(system)) == 1 + 1 + 3  # the plain count, the first turn, unscoped x3
+    with prompt_budget(1_000_000, "Bearer sk-b"):
+        assert count_chat_prompt(turns[0]) == counts[0]
+    assert scans.count(len(system)) == 6  # the other caller's count is its own scan
+    with prompt_budget(1_000_000, "Bearer sk-a"):
+        assert count_tokens(system.lower()) == count_tokens(system.lower())  # a different text
+    assert scans.count(len(system)) == 7
+
+
+def test_remembered_counts_are_bounded_and_a_text_past_the_budget_is_never_kept(
+        monkeypatch) -> None:
+    from fastmode.backends import tokenizer
+    from fastmode.backends.tokenizer import CHUNK_TOKENS, PromptTooLong, prompt_budget
+
+    counts = tokenizer._Counts(4 * 1024)
+    monkeypatch.setattr(tokenizer, "_COUNTS", counts)
+    texts = [f"{k} " + "x" * 1000 for k in range(10)]
+    with prompt_budget(1_000_000, "k"):
+        expected = [count_tokens(t) for t in texts]
+    assert counts.chars <= 4 * 1024 and len(counts.counts) == 4  # the newest four
+    assert [key[1] for key in counts.counts] == texts[-4:]
+    with prompt_budget(1_000_000, "k"):
+        assert [count_tokens(t) for t in texts] == expected
+    long = "." * (3 * CHUNK_TOKENS)
+    with prompt_budget(CHUNK_TOKENS, "k"), pytest.raises(PromptTooLong):
+        count_tokens(long)
+    assert ("k", long) not in counts.counts

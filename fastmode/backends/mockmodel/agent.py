@@ -226,7 +226,11 @@ def cwd(messages: Sequence[Mapping[str, Any]]) -> str:
         content = message.get("content")
         text = content if isinstance(content, str) else " ".join(
             str(p.get("text", "")) for p in content or () if isinstance(p, Mapping))
-        if (m := _CWD.search(text[:65536])) is not None:
+        head = text[:65536]
+        low = head.lower()  # (a scan for the words first: the pattern alone is ~20x slower)
+        if "cwd" not in low and "working directory" not in low:
+            continue
+        if (m := _CWD.search(head)) is not None:
             return (m.group(1) or m.group(2)).strip()
     return ""
 

@@ -2,8 +2,8 @@
 
 The random stream is seeded from a BLAKE2 hash of the seed, the model, the messages, the tools
 and the tool choice (never Python's salted ``hash()``). An unseeded request with
-``temperature > 0`` also mixes in fresh OS randomness, so repeated requests differ like a sampled
-model's would; with a seed or ``temperature == 0`` the reply is fully reproducible.
+``temperature > 0`` is seeded from fresh OS randomness instead, so repeated requests differ like
+a sampled model's would; with a seed or ``temperature == 0`` the reply is fully reproducible.
 ``max_tokens``, ``stop`` and ``ignore_eos`` are deliberately left out of the hash: as with greedy
 decoding on a real model, a capped reply is a prefix of the uncapped one. So is the reasoning
 effort: a seeded request gives the same visible reply at every effort, only the thinking before
@@ -38,7 +38,11 @@ _NOT_JSONS = re.compile(rb"[\x7f]|\de-|0\.0000")
 
 
 def request_digest(req: GenerationRequest) -> bytes:
-    """Stable hash of what determines the reply; fresh entropy only for unseeded sampling."""
+    """Stable hash of what determines the reply; for unseeded sampling, fresh entropy alone
+    (a hash of the request mixed with it would be as random, and hashing costs the whole
+    conversation's size: ~0.4 ms for a coding agent's 60 KB request)."""
+    if req.seed is None and req.temperature > 0:
+        return os.urandom(32)
     material: dict[str, Any] = {
         "seed": req.seed,
         "model": req.model,
@@ -49,10 +53,7 @@ def request_digest(req: GenerationRequest) -> bytes:
     if req.response_format is not None:  # left out otherwise: older seeds keep their replies
         fmt = req.response_format
         material["response_format"] = [fmt.kind, fmt.schema]
-    h = hashlib.blake2b(_blob(material), digest_size=32)
-    if req.seed is None and req.temperature > 0:
-        h.update(os.urandom(16))
-    return h.digest()
+    return hashlib.blake2b(_blob(material), digest_size=32).digest()
 
 
 def _blob(material: dict[str, Any]) -> bytes:

@@ -31,7 +31,13 @@ from fastmode.gateway.endpoints.background import Background
 from fastmode.gateway.engines.tickets import ClientGone
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.fault_kinds import Kind
-from fastmode.gateway.http.offload import OFFLOAD_BYTES, counted, off_loop, validated
+from fastmode.gateway.http.offload import (
+    OFFLOAD_BYTES,
+    caller_of,
+    counted,
+    off_loop,
+    validated,
+)
 from fastmode.gateway.money import cost_text
 from fastmode.gateway.pipeline.admission import Gateway, shutting_down
 from fastmode.gateway.pipeline.turn import Turn
@@ -255,7 +261,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
             make = partial(counted, gateway.spec.max_context_window, protocol.name, Turn, gateway, protocol, req, ctx,
-                           request_id=request_id, arrived=arrived)
+                           caller=caller_of(asked), request_id=request_id, arrived=arrived)
             turn = make() if inline else await off_loop(len(raw), make)
             if turn.trace is not None:  # the body, kept on opt-in (gateway.observe.tracing)
                 turn.trace.sent = raw

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.http.limits import check_request
-from fastmode.gateway.http.offload import counted, off_loop, parse_body
+from fastmode.gateway.http.offload import caller_of, counted, off_loop, parse_body
 from fastmode.gateway.protocols.anthropic_messages import MessagesProtocol
 from fastmode.gateway.protocols.anthropic_messages.schema import MessagesRequest
 from fastmode.gateway.protocols.base import RequestContext, validate
@@ -43,7 +43,8 @@ def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, f
     gateway.auth.authenticate(f"Bearer {key}" if key else headers.get("authorization"))
     gateway.router.route(req.model)  # 404 for an unknown model
     ctx = RequestContext(headers, fast, store)
-    turn = counted(gateway.spec.max_context_window, protocol.name, protocol.translate, req, ctx)
+    turn = counted(gateway.spec.max_context_window, protocol.name, protocol.translate, req, ctx,
+                   caller=caller_of(headers))
     return turn.prompt_tokens  # what POST /v1/messages counts
 
 

@@ -26,7 +26,7 @@ import asyncio
 import contextvars
 import functools
 import gc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
@@ -124,13 +124,21 @@ def prompt_too_long(protocol: str, exc: PromptTooLong) -> APIError:
 
 
 def counted(max_context: int, protocol: str, fn: Callable[..., T], *args: Any,
-            **kwargs: Any) -> T:
+            caller: str | None = None, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` — a translation (``Turn(...)``, ``protocol.translate``) — with
     its prompt counting bounded by ``max_context``, the largest context window served (the
     engine spec's ``max_context_window``): a longer prompt is a 400 in
-    ``protocol``'s words as soon as counting passes it."""
+    ``protocol``'s words as soon as counting passes it. ``caller``: the credentials the
+    request came with (``caller_of``), under which the counts of its long texts are
+    remembered for its next turns (``backends.tokenizer.prompt_budget``)."""
     try:
-        with prompt_budget(max_context):
+        with prompt_budget(max_context, caller):
             return fn(*args, **kwargs)
     except PromptTooLong as exc:
         raise prompt_too_long(protocol, exc) from None
+
+
+def caller_of(headers: Mapping[str, str]) -> str:
+    """Whose counts a request's are: its credentials as sent (an OpenAI-style bearer token,
+    Anthropic's ``x-api-key``), or "" for a request without any."""
+    return headers.get("authorization") or headers.get("x-api-key") or ""

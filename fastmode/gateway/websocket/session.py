@@ -23,7 +23,7 @@ from fastmode.gateway.edge.shutdown import Shutdown
 from fastmode.gateway.edge.turn_http import RAW_SEND
 from fastmode.gateway.errors import APIError, bad_request
 from fastmode.gateway.http.netem import NetworkModel, network_time
-from fastmode.gateway.http.offload import checked, counted, off_loop, parse_frame
+from fastmode.gateway.http.offload import caller_of, checked, counted, off_loop, parse_frame
 from fastmode.gateway.observe.rejections import told
 from fastmode.gateway.pipeline.admission import Gateway
 from fastmode.gateway.pipeline.turn import Turn
@@ -321,7 +321,7 @@ class Session(ConnectionLife):
                 await self.cache.load(req.previous_response_id)
             turn = await off_loop(size, counted, self.gateway.spec.max_context_window, RESPONSES.name, Turn,
                                   self.gateway, RESPONSES, req, ctx, transport="websocket",
-                                  arrived=arrived)
+                                  caller=caller_of(self.headers), arrived=arrived)
             delay = self.network.ws_turn_s() if self.network.enabled else 0.0
             if delay:
                 await asyncio.sleep(self.network.wall(delay))
