@@ -46,13 +46,13 @@ the rest after N matches is the scan of the whole from there.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
+from fastmode.backends.canonical_json import canonical_text
 from fastmode.backends.images import part_tokens
 
 __all__ = [
@@ -293,4 +293,4 @@ def _count_part(part: Any) -> int:
 
 def _compact_json(value: Any) -> str:
     """Canonical JSON text, so the same definition always costs the same tokens."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return canonical_text(value)

@@ -16,25 +16,12 @@ streams derived from the same hash, so changing one knob does not reshuffle the 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
-import re
 from typing import Any
 
-import orjson
-
+from fastmode.backends.canonical_json import canonical
 from fastmode.backends.mockmodel.request import GenerationRequest
-
-# the hash's bytes are ``json.dumps(sort_keys=True, separators=(",", ":"), default=str)``'s;
-# ``orjson`` writes the same bytes ~10x faster for any value parsed from JSON, except non-ASCII
-# text and DEL (``json`` escapes them), floats under 1e-4 (``json`` writes ``1e-05``, orjson
-# ``0.00001``) and what it refuses (integers past 64 bits, keys that are not strings): those
-# take ``json``. (Values JSON cannot carry, NaN or a plain ``Enum``, would hash otherwise: no
-# request body has them, ``orjson.loads`` refuses NaN.)
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
-_ORJSON = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-_NOT_JSONS = re.compile(rb"[\x7f]|\de-|0\.0000")
 
 
 def request_digest(req: GenerationRequest) -> bytes:
@@ -53,18 +40,7 @@ def request_digest(req: GenerationRequest) -> bytes:
     if req.response_format is not None:  # left out otherwise: older seeds keep their replies
         fmt = req.response_format
         material["response_format"] = [fmt.kind, fmt.schema]
-    return hashlib.blake2b(_blob(material), digest_size=32).digest()
-
-
-def _blob(material: dict[str, Any]) -> bytes:
-    """``material`` as ``json.dumps`` writes it (sorted keys, no spaces, ``str`` of the rest)."""
-    try:
-        blob = orjson.dumps(material, default=str, option=_ORJSON)
-    except TypeError:
-        blob = None
-    if blob is None or not blob.isascii() or _NOT_JSONS.search(blob) is not None:
-        blob = _ENCODER.encode(material).encode()
-    return blob
+    return hashlib.blake2b(canonical(material), digest_size=32).digest()
 
 
 class Streams:
