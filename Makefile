@@ -101,7 +101,7 @@ test-integration: $(DEV_STAMP)
 bench: $(DEV_STAMP) $(AGENTS_STAMP)
 	mkdir -p bench-results
 	$(BIN)/python bench/sim_hour.py | tee bench-results/sim_hour.txt
-	@for b in agent_sessions pacing scrape_stall fast_share gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop workers redis_state calibration prefix_cache vllm_bench_serve structured; do \
+	@for b in agent_sessions agent_turns pacing scrape_stall fast_share gateway_overhead loadgen_ceiling mixed_run ws_session remote_hop workers redis_state calibration prefix_cache vllm_bench_serve structured; do \
 	  if [ -f bench/$$b.py ]; then $(BIN)/python bench/$$b.py | tee bench-results/$$b.txt; fi; \
 	done
 	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES) --json bench-results/soak.json \
