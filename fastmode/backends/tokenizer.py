@@ -47,13 +47,13 @@ the rest after N matches is the scan of the whole from there.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
 from fastmode.backends.canonical_json import canonical_text
 from fastmode.backends.images import part_tokens
+from fastmode.backends.memo import Memo
 
 __all__ = [
     "MESSAGE_OVERHEAD",
@@ -95,49 +95,13 @@ class PromptTooLong(Exception):
 _BUDGET: ContextVar[int | None] = ContextVar("fastmode_prompt_budget", default=None)
 _SCOPE: ContextVar[str | None] = ContextVar("fastmode_count_scope", default=None)
 
-# Long texts' counts, remembered per caller (``prompt_budget(limit, scope)``). A coding agent
-# sends its whole conversation again at every turn: a system prompt and tool definitions of tens
-# of kilobytes, then every earlier message. Counting is one scan of the pattern over each text,
-# ~70 us a kilobyte on a 2-core VM (a 60 KB Codex CLI request, counted for its total and again
-# per cache unit: ~8 ms of CPU); a remembered count costs the text's hash, ~1 us a kilobyte.
-# A caller's counts are its own: no caller can time whether another sent a text.
+# Long texts' counts, remembered per caller (``prompt_budget(limit, scope)``, ``backends.memo``).
+# Counting is one scan of the pattern over each text, ~70 us a kilobyte on a 2-core VM (a 60 KB
+# Codex CLI request, counted for its total and again per cache unit: ~8 ms of CPU); a count
+# looked up costs the text's hash, ~1 us a kilobyte.
 MEMO_MIN_CHARS = 512  # shorter texts are counted again (a scan costs about what a lookup does)
 MEMO_MAX_CHARS = 16 << 20  # the texts kept for it, in all (~16 MB); least recently used go first
-
-
-class _Counts:
-    """(scope, text) -> tokens, least recently used first; shared by the event loop and the
-    threads that translate large bodies, so each change holds a lock."""
-
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self.chars = 0
-        self.counts: dict[tuple[str, str], int] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple[str, str]) -> int | None:
-        with self.lock:
-            n = self.counts.pop(key, None)
-            if n is not None:
-                self.counts[key] = n  # now the most recently used
-            return n
-
-    def put(self, key: tuple[str, str], n: int) -> None:
-        size = len(key[1])
-        if size > self.max_chars:
-            return
-        with self.lock:
-            if key in self.counts:
-                return
-            self.counts[key] = n
-            self.chars += size
-            while self.chars > self.max_chars:
-                oldest = next(iter(self.counts))
-                del self.counts[oldest]
-                self.chars -= len(oldest[1])
-
-
-_COUNTS = _Counts(MEMO_MAX_CHARS)
+_COUNTS: Memo[int] = Memo(MEMO_MAX_CHARS)
 
 
 class prompt_budget:  # noqa: N801 (used as a function: ``with prompt_budget(n):``)
@@ -193,11 +157,10 @@ def count_tokens(text: str) -> int:
     scope = _SCOPE.get()
     if scope is None:
         return _scan(text)
-    key = (scope, text)
-    n = _COUNTS.get(key)
+    n = _COUNTS.get(scope, text)
     if n is None:
         n = _scan(text)  # (a text past the budget raises here: never remembered)
-        _COUNTS.put(key, n)
+        _COUNTS.put(scope, text, n)
     else:
         _over(n)
     return n

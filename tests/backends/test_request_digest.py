@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fastmode.backends.mockmodel.streams import _blob
+from fastmode.backends.canonical_json import canonical
 
 
 def _json(material: object) -> bytes:
@@ -24,5 +24,5 @@ def _json(material: object) -> bytes:
     {"schema": {"type": "object", "properties": {"x": {"minimum": 0.00005}}}},
 ])
 def test_the_hashed_bytes_are_json_dumps_bytes(material: dict[str, object]) -> None:
-    assert _blob(material) == _json(material)
+    assert canonical(material) == _json(material)
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastmode.backends.images import UNKNOWN_SIZE, openai_tokens
+from fastmode.backends.memo import Memo
 from fastmode.backends.tokenizer import (
     MESSAGE_OVERHEAD,
     REPLY_PRIMING,
@@ -167,7 +168,7 @@ def test_a_callers_long_texts_are_counted_once_and_only_for_it(monkeypatch) -> N
     scans: list[int] = []
     scan = tokenizer._scan
     monkeypatch.setattr(tokenizer, "_scan", lambda text: scans.append(len(text)) or scan(text))
-    monkeypatch.setattr(tokenizer, "_COUNTS", tokenizer._Counts(tokenizer.MEMO_MAX_CHARS))
+    monkeypatch.setattr(tokenizer, "_COUNTS", Memo(tokenizer.MEMO_MAX_CHARS))
     system = (PROSE + " ") * 3
     assert len(system) >= MEMO_MIN_CHARS
     plain = count_tokens(system)
@@ -192,16 +193,16 @@ def test_remembered_counts_are_bounded_and_a_text_past_the_budget_is_never_kept(
     from fastmode.backends import tokenizer
     from fastmode.backends.tokenizer import CHUNK_TOKENS, PromptTooLong, prompt_budget
 
-    counts = tokenizer._Counts(4 * 1024)
+    counts: Memo[int] = Memo(4 * 1024)
     monkeypatch.setattr(tokenizer, "_COUNTS", counts)
     texts = [f"{k} " + "x" * 1000 for k in range(10)]
     with prompt_budget(1_000_000, "k"):
         expected = [count_tokens(t) for t in texts]
-    assert counts.chars <= 4 * 1024 and len(counts.counts) == 4  # the newest four
-    assert [key[1] for key in counts.counts] == texts[-4:]
+    assert counts.size <= 4 * 1024 and len(counts.entries) == 4  # the newest four
+    assert [key[1] for key in counts.entries] == texts[-4:]
     with prompt_budget(1_000_000, "k"):
         assert [count_tokens(t) for t in texts] == expected
     long = "." * (3 * CHUNK_TOKENS)
     with prompt_budget(CHUNK_TOKENS, "k"), pytest.raises(PromptTooLong):
         count_tokens(long)
-    assert ("k", long) not in counts.counts
+    assert ("k", long) not in counts.entries

@@ -228,3 +228,35 @@ def test_a_head_sent_in_pieces_is_refused_once_it_passes_the_bound(small_limits)
         while chunk := s.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 431")
+
+
+async def test_a_callers_tool_schemas_are_checked_once_and_a_bad_one_every_time(
+        client, monkeypatch) -> None:
+    """A coding agent sends the same tool definitions at every turn: a schema that passed is
+    remembered under the caller's key (the meta-schema walk is not done again), another key's
+    request is checked anew, and a hostile schema is refused however often it comes."""
+    from jsonschema import Draft202012Validator
+
+    from fastmode.backends.memo import Memo
+    from fastmode.gateway.http import limits
+
+    monkeypatch.setattr(limits, "_PASSED", Memo(1 << 20))
+    walks: list[object] = []
+    check = Draft202012Validator.check_schema
+    monkeypatch.setattr(Draft202012Validator, "check_schema",
+                        classmethod(lambda cls, s: walks.append(s) or check(s)))
+    good = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    for key in ("sk-a", "sk-a", "sk-a", "sk-b"):
+        r = await client.post("/v1/chat/completions", json=chat_tool(good),
+                              headers={"authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+    assert len(walks) == 2  # once for sk-a, once for sk-b
+    for _ in range(3):
+        r = await client.post("/v1/chat/completions", json=chat_tool(HOSTILE_SCHEMAS[0][0]),
+                              headers={"authorization": "Bearer sk-a"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_tool_schema"
+    r = await client.post("/v1/messages", json={
+        "model": "frontier", "max_tokens": 5, "messages": USER,
+        "tools": [{"name": "f", "input_schema": good}]}, headers={"x-api-key": "sk-c"})
+    assert r.status_code == 200, r.text
+    assert len(walks) == 2 + 3 + 1  # the hostile schema walked each time; sk-c checked anew

@@ -249,10 +249,11 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
             # small one's stay inline: no coroutine for them)
             inline = len(raw) <= OFFLOAD_BYTES
             limits = gateway.config.limits
-            req = (validated(protocol, raw, limits) if inline
-                   else await off_loop(len(raw), validated, protocol, raw, limits))
-            # stored responses as this request's key sees them (gateway.ownership)
             asked = plain_headers(request.scope["headers"])
+            caller = caller_of(asked)  # whose checks and counts are remembered for its next turn
+            req = (validated(protocol, raw, limits, caller) if inline
+                   else await off_loop(len(raw), validated, protocol, raw, limits, caller))
+            # stored responses as this request's key sees them (gateway.ownership)
             store = state.responses.seen_by(deferred(gateway.auth, asked))
             ctx = RequestContext(asked, fast_path, store)
             if req.__dict__.get("previous_response_id"):  # (a pydantic getattr miss is slow)
@@ -261,7 +262,7 @@ def http_endpoint(protocol: Protocol, fast_path: bool) -> Callable[[Request], Aw
                 background: Background = state.background
                 return await background.create(protocol, req, ctx, request_id, started)
             make = partial(counted, gateway.spec.max_context_window, protocol.name, Turn, gateway, protocol, req, ctx,
-                           caller=caller_of(asked), request_id=request_id, arrived=arrived)
+                           caller=caller, request_id=request_id, arrived=arrived)
             turn = make() if inline else await off_loop(len(raw), make)
             if turn.trace is not None:  # the body, kept on opt-in (gateway.observe.tracing)
                 turn.trace.sent = raw

@@ -36,7 +36,7 @@ def _count(gateway: Any, protocol: MessagesProtocol, raw: bytes, headers: Any, f
            store: Any) -> int:
     """Parse, check, validate and count (off the loop for a large body, ``gateway.http.offload``)."""
     body = parse_body(raw, gateway.config.limits)
-    check_request("messages", body, gateway.config.limits)
+    check_request("messages", body, gateway.config.limits, caller=caller_of(headers))
     body.setdefault("max_tokens", 1)  # not part of this endpoint's body
     req: MessagesRequest = validate(MessagesRequest, body)
     key = headers.get("x-api-key")

@@ -25,9 +25,11 @@ import re
 from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator, SchemaError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fastmode.backends.memo import Memo
 from fastmode.gateway.config import LimitsConfig
 from fastmode.gateway.errors import APIError, bad_request
 
@@ -220,11 +222,12 @@ def check_parts(body: Mapping[str, Any], limit: int) -> None:
 
 
 def check_request(protocol: str, body: Mapping[str, Any], limits: LimitsConfig,
-                  raw: bytes | None = None) -> None:
+                  raw: bytes | None = None, caller: str | None = None) -> None:
     """Every bound of a parsed request body; raises a 400 naming the field. The counts come
     first: they cost nothing, and the walks after them are bounded by them. ``raw``, the body
     it was parsed from, spares the depth walk when it has too few brackets to nest that deep
-    (two ``bytes.count`` instead of a walk of every value: most requests)."""
+    (two ``bytes.count`` instead of a walk of every value: most requests). ``caller``: the
+    request's credentials, under which its tool schemas that passed are remembered."""
     _count(body, "messages", limits.max_messages)
     _count(body, "input", limits.max_messages)
     _count(body, "tools", limits.max_tools)
@@ -241,17 +244,40 @@ def check_request(protocol: str, body: Mapping[str, Any], limits: LimitsConfig,
                         f"Invalid '{field}[{i}]': at most {limits.max_stop_sequence_chars} "
                         "characters.", param=f"{field}[{i}]", code="invalid_value")
     for param, schema in _tool_schemas(protocol, body):
-        check_tool_schema(schema, param, limits)
+        check_tool_schema(schema, param, limits, caller=caller)
     for param, schema in _format_schemas(protocol, body):  # the same bounds as a tool's
-        check_tool_schema(schema, param, limits, "schema", "invalid_json_schema")
+        check_tool_schema(schema, param, limits, "schema", "invalid_json_schema", caller)
+
+
+# Schemas that passed, per caller (``backends.memo``): a coding agent sends the same tool
+# definitions at every turn, and the meta-schema check of Claude Code's 24 costs ~50 ms of CPU.
+# A hit counts only under the limits it passed (the same config object, kept with it).
+_PASSED: Memo[LimitsConfig] = Memo(16 << 20)
 
 
 def check_tool_schema(schema: Any, param: str, limits: LimitsConfig, what: str = "tool schema",
-                      code: str = "invalid_tool_schema") -> None:
+                      code: str = "invalid_tool_schema", caller: str | None = None) -> None:
     """A tool's JSON schema: an object, valid JSON Schema, and cheap to generate values for."""
     if not isinstance(schema, dict):
         raise bad_request(f"Invalid '{param}': a JSON schema must be an object.", param=param,
                           code=code)
+    key = _schema_key(schema) if caller is not None else None
+    if key is not None and _PASSED.get(caller or "", key) is limits:
+        return
+    _check_schema(schema, param, limits, what, code)
+    if key is not None:
+        _PASSED.put(caller or "", key, limits)
+
+
+def _schema_key(schema: dict[str, Any]) -> bytes | None:
+    try:
+        return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what orjson does not write (an integer past 64 bits): checked each time
+        return None
+
+
+def _check_schema(schema: dict[str, Any], param: str, limits: LimitsConfig, what: str,
+                  code: str) -> None:
     check_depth(schema, limits.max_schema_depth, param)
     cost = _Cost(schema, param, limits, what, code)
     cost.enums()  # before the meta-schema walks a million-value enum

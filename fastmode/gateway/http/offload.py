@@ -102,16 +102,17 @@ class Validates(Protocol):
     def validate(self, body: dict[str, Any]) -> Any: ...
 
 
-def validated(protocol: Validates, raw: bytes, limits: LimitsConfig) -> Any:
+def validated(protocol: Validates, raw: bytes, limits: LimitsConfig,
+              caller: str | None = None) -> Any:
     """The raw body parsed, bounds-checked and validated: the protocol's request model."""
-    return checked(protocol, parse_body(raw, limits), limits, raw)
+    return checked(protocol, parse_body(raw, limits), limits, raw, caller)
 
 
 def checked(protocol: Validates, body: dict[str, Any], limits: LimitsConfig,
-            raw: bytes | None = None) -> Any:
+            raw: bytes | None = None, caller: str | None = None) -> Any:
     """A parsed body (from ``raw``, if given) bounds-checked (``gateway.http.limits``) and
-    validated."""
-    check_request(protocol.name, body, limits, raw)
+    validated; ``caller`` (``caller_of``): whose checks of its tool schemas are remembered."""
+    check_request(protocol.name, body, limits, raw, caller)
     return protocol.validate(body)
 
 

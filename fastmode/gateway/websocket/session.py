@@ -232,7 +232,8 @@ class Session(ConnectionLife):
         try:
             fields = {k: v for k, v in body.items() if k not in _DROPPED_FIELDS}
             req: ResponsesRequest = await off_loop(size, checked, RESPONSES, fields,
-                                                   self.gateway.config.limits)
+                                                   self.gateway.config.limits, None,
+                                                   caller_of(self.headers))
         except APIError as exc:
             await self._error(exc, sid, body)
             return
