@@ -9,12 +9,12 @@ import time
 
 import orjson
 
-from bench.agent_turns import RECORDED, on_cpu, turns
+from bench.agent_turns import AGENTS, RECORDED, on_cpu
 
 
 def test_each_turn_resends_the_conversation_with_one_more_call_and_its_output() -> None:
     base = orjson.loads(RECORDED.read_bytes())
-    bodies = [orjson.loads(b) for b in turns(base, 4, 7)]
+    bodies = [orjson.loads(b) for b in AGENTS["codex"].turns(base, 4, 7)]
     assert [len(b["input"]) for b in bodies] == [len(base["input"]) + 2 * k for k in range(4)]
     for before, after in zip(bodies, bodies[1:], strict=False):
         assert after["input"][: len(before["input"])] == before["input"]
@@ -44,3 +44,17 @@ def test_the_meter_counts_every_thread_that_runs() -> None:
     finally:
         done.set()
         t.join()
+
+
+def test_a_messages_turn_adds_the_agents_tool_use_and_its_result() -> None:
+    base = {"model": "claude-opus-4-8", "max_tokens": 100, "system": "s",
+            "messages": [{"role": "user", "content": "read README.md"}]}
+    bodies = [orjson.loads(b) for b in AGENTS["claude"].turns(base, 3, 1)]
+    assert [len(b["messages"]) for b in bodies] == [1, 3, 5]
+    last = bodies[-1]["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    use, result = last[-2]["content"][0], last[-1]["content"][0]
+    assert use["type"] == "tool_use" and result["type"] == "tool_result"
+    assert result["tool_use_id"] == use["id"] == "call_1_1"
+    assert all(b["model"] == "frontier-spark" and b["stream"] and "store" not in b
+               for b in bodies)
