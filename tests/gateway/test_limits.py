@@ -260,3 +260,30 @@ async def test_a_callers_tool_schemas_are_checked_once_and_a_bad_one_every_time(
         "tools": [{"name": "f", "input_schema": good}]}, headers={"x-api-key": "sk-c"})
     assert r.status_code == 200, r.text
     assert len(walks) == 2 + 3 + 1  # the hostile schema walked each time; sk-c checked anew
+
+
+def test_a_websocket_sessions_turns_check_its_tool_schemas_once(monkeypatch) -> None:
+    from jsonschema import Draft202012Validator
+
+    from fastmode.backends.memo import Memo
+    from fastmode.gateway.http import limits
+
+    monkeypatch.setattr(limits, "_PASSED", Memo(1 << 20))
+    walks: list[object] = []
+    check = Draft202012Validator.check_schema
+    monkeypatch.setattr(Draft202012Validator, "check_schema",
+                        classmethod(lambda cls, s: walks.append(s) or check(s)))
+    tools = [{"type": "function", "name": "read", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}]
+    app = create_app()
+    with TestClient(app) as tc, tc.websocket_connect(
+            "/v1/responses", headers={"authorization": "Bearer sk-ws"}) as ws:
+        for _ in range(3):
+            ws.send_text(orjson.dumps({"type": "response.create", "model": "frontier",
+                                       "input": "hi", "tools": tools,
+                                       "max_output_tokens": 16}).decode())
+            while (event := orjson.loads(ws.receive_text()))["type"] not in (
+                    "response.completed", "response.incomplete", "response.failed", "error"):
+                pass
+            assert event["type"] in ("response.completed", "response.incomplete"), event
+    assert len(walks) == 1
