@@ -22,7 +22,7 @@ def dumps(value: Any, ensure_ascii: bool) -> str:
                       ensure_ascii=ensure_ascii)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(VALUES)
 def test_the_text_is_jsons_for_any_value_json_carries(value: Any) -> None:
     assert canonical(value) == dumps(value, True).encode()
