@@ -32,6 +32,7 @@ class StreamReplica(Protocol):
     done_end: float
     slipped: float
     stopped: bool
+    listening: dict[int, list[TokenStream]]  # step index -> the listeners it calls
 
     def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None: ...
 
@@ -223,7 +224,8 @@ class TokenStream(CountStream):
         first, out, delivered, interval = seq.first_step, seq.output_tokens, self.delivered, \
             self.interval
         n = 0
-        if seq.segments is not None:  # preempted once at least: the tokens' steps are looked up
+        segments = seq.segments
+        if segments is not None:  # preempted once at least: the tokens' steps are looked up
             n = self.take()
             delivered = self.delivered
         elif first >= 0 and not self._cancelled:
@@ -252,7 +254,7 @@ class TokenStream(CountStream):
                 return
             # ``due_step``, inline: the step making the next event's last token
             want = delivered + interval
-            index = (first + (want if want < out else out) - 1 if seq.segments is None
+            index = (first + (want if want < out else out) - 1 if segments is None
                      else self.due_step())
             if (delivered >= out or self._cancelled or seq.state == CANCELLED
                     or rep.stopped or index <= rep.done_index):  # over, or due already: the end
@@ -267,7 +269,13 @@ class TokenStream(CountStream):
             self._listener = None
             self.cancel()
             return
-        rep.wait_for(index, self)  # re-armed for the next event
+        # re-armed for the next event (``wait_for``, inline: this runs once per event)
+        at = rep.listening
+        streams = at.get(index)
+        if streams is None:
+            at[index] = [self]
+        else:
+            streams.append(self)
 
     @property
     def over(self) -> bool:
