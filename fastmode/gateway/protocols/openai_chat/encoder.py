@@ -20,7 +20,7 @@ from fastmode.backends.mockmodel import REASONING, ToolCall
 from fastmode.backends.mockmodel.request import CUSTOM
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.protocols.base import Encoder
-from fastmode.gateway.protocols.events import WIRE, Frames
+from fastmode.gateway.protocols.events import CHUNK, CHUNK_HEADS, WIRE, Frames, chunk_head
 from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
 from fastmode.gateway.values.job import Job
 
@@ -119,6 +119,8 @@ class ChatEncoder(Encoder):
                 + b"\n\n"
         else:
             kind, cp, cs = "", self.content_prefix, self.content_suffix
+        # ... or as their HTTP chunks, size line and all, in one join (events.CHUNK)
+        chunk, size, crlf, join = self.chunk_wire, len(cp) + len(cs), cs + b"\r\n", b"".join
         dumps = orjson.dumps
         out: Frames = []
         # reasoning comes first: hidden (only counted in usage) unless the model shows it raw
@@ -130,7 +132,13 @@ class ChatEncoder(Encoder):
                     out.append(("", self.head + b'{"reasoning":' + text
                                 + b',"reasoning_content":' + text + b"}" + self.tail))
             elif piece.tool < 0:
-                out.append((kind, cp + dumps(piece.text) + cs))
+                if chunk:
+                    text = dumps(piece.text)
+                    n = size + len(text)
+                    out.append((CHUNK, join((CHUNK_HEADS[n] if n < 4096 else chunk_head(n), cp,
+                                             text, crlf))))
+                else:
+                    out.append((kind, cp + dumps(piece.text) + cs))
             else:
                 out.append(("", self._tool_delta(piece.tool, piece.text)))
         return out
