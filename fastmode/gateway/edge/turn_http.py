@@ -74,8 +74,9 @@ class TurnStream(StreamingResponse):
         self._direct: Callable[[bytes], bool] | None = None
         # the response's start and end straight to it too (``DirectResponse``)
         self._ends: DirectResponse | None = None
-        # ... and pushed token events as the HTTP chunks the encoder keeps (``wire_chunks``)
-        self._chunks: Callable[[bytes], bool] | None = None
+        # ... and pushed token events as the HTTP chunks the encoder keeps (``wire_chunks``):
+        # the request's cycle, its flow control and its transport's write
+        self._chunks: tuple[Any, Any, Callable[[bytes], object]] | None = None
         self._task: asyncio.Task[Any] | None = None  # the task streaming it (``__call__``)
         encoder = turn.encoder
         assert encoder is not None
@@ -111,7 +112,7 @@ class TurnStream(StreamingResponse):
             self._direct = ends.write
             encoder = self.turn.encoder  # (a recorded turn's events go through the tape)
             if self.turn.tape is None and encoder is not None and encoder.wire_chunks():
-                self._chunks = ends.write_chunk
+                self._chunks = (cycle, ends.flow, ends.transport.write)
         self._task = task
         try:
             await self.stream_response(send)
@@ -131,7 +132,12 @@ class TurnStream(StreamingResponse):
         chunks = self._chunks
         if chunks is not None and lead is None:  # framed as the encoder kept them
             chunk = self._chunk_tokens(start, count)
-            if chunks(chunk):
+            # ``DirectResponse.write_chunk``, inline: this runs once per event
+            cycle, flow, write = chunks
+            if not (flow.write_paused or cycle.disconnected or cycle.response_complete
+                    or cycle.chunked_encoding is not True):
+                if chunk:
+                    write(chunk)
                 return None
             body = unchunked(chunk)
             return self._write({"type": "http.response.body",  # type: ignore[misc]
