@@ -237,14 +237,14 @@ class TokenStream(CountStream):
             if n < interval and produced < out or n <= 0:
                 n = 0
             else:
-                if produced < out:
+                if interval > 1 and produced < out:
                     n -= n % interval  # whole events only; the rest is not due yet
-                self.delivered = delivered + n
+                start, delivered = delivered, delivered + n
+                self.delivered = delivered
                 self._i0, self.since = self._i1, self._t1
                 self._i1, self._t1 = done, rep.done_end
-                if delivered <= self.watch < delivered + n:
+                if start <= self.watch < delivered:
                     self.watched_at = self._time(first + self.watch)
-                delivered += n
         try:
             again = callback(delivered - n, n)
             if self._listener is not callback:
@@ -261,8 +261,8 @@ class TokenStream(CountStream):
                 self._listener = None
                 callback(delivered, 0)  # the last call
                 return
-            if index >= NEVER:  # preempted: armed again by the step that resumes it
-                self.waits_first = True
+            if segments is not None and index >= NEVER:  # preempted: armed again by the
+                self.waits_first = True  # step that resumes it
                 return
         except Exception:  # a broken listener must not stop the replica: end its stream
             log.exception("stream listener failed")
