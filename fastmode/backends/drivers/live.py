@@ -33,6 +33,7 @@ class LiveReplica(Replica):
     done_end: float  # ... and its modeled end
     slipped: float  # seconds the timeline slipped in all
     stopped: bool
+    listening: dict[int, list[TokenStream]]  # step index -> the listening streams it calls
 
     @property
     def alive(self) -> bool:

@@ -79,7 +79,8 @@ class RealtimeReplica(LiveReplica):
     ahead while a step is in flight)."""
 
     __slots__ = ("on_step", "on_exit", "on_lag", "clock", "scale", "loop", "done_index",
-                 "done_end", "late", "slips", "slipped", "stopped", "_at", "_wake", "_task")
+                 "done_end", "late", "slips", "slipped", "stopped", "listening", "_at", "_wake",
+                 "_task")
 
     def __init__(
         self,
@@ -107,13 +108,23 @@ class RealtimeReplica(LiveReplica):
         self.slips = 0  # times the timeline slipped ...
         self.slipped = 0.0  # ... and by how much in all, seconds
         self.stopped = False
-        # step index -> readers due then: their futures, or listening streams (push mode)
-        self._at: dict[int, list[asyncio.Future[None] | TokenStream]] = {}
+        # step index -> readers due then: their futures, and apart from them the listening
+        # streams (push mode), which re-arm themselves here (``TokenStream.deliver``): a step
+        # calls each of these without asking which kind it is
+        self._at: dict[int, list[asyncio.Future[None]]] = {}
+        self.listening: dict[int, list[TokenStream]] = {}
 
     def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None:
         """Resolve ``fut`` (or call a listening stream) when step ``index`` is done. Each
         reader has its own future: a reader's task cancelled while waiting cancels only its
         own."""
+        if isinstance(fut, TokenStream):
+            streams = self.listening.get(index)
+            if streams is None:
+                self.listening[index] = [fut]
+            else:
+                streams.append(fut)
+            return
         waiters = self._at.get(index)
         if waiters is None:
             self._at[index] = [fut]
@@ -169,11 +180,13 @@ class RealtimeReplica(LiveReplica):
         """End every registered wait: each reader looks at its stream again (and waits anew,
         takes its tokens, or ends if the stream is over)."""
         waiting, self._at = self._at, {}
+        listening, self.listening = self.listening, {}
+        for streams in listening.values():
+            for stream in streams:
+                stream.wake()
         for futs in waiting.values():
             for fut in futs:
-                if isinstance(fut, TokenStream):
-                    fut.wake()
-                elif not fut.done():
+                if not fut.done():
                     fut.set_result(None)
 
     def wake(self) -> None:
@@ -263,13 +276,16 @@ class RealtimeReplica(LiveReplica):
     def _deliver(self, result: StepResult) -> None:
         """The step's tokens exist: wake the readers due now. O(1) plus one call per sequence
         whose first or last token this was; nothing per sequence of the batch."""
-        self.done_index, self.done_end = result.index, result.end
-        futs = self._at.pop(result.index, None)
+        index = self.done_index = result.index
+        self.done_end = result.end
+        streams = self.listening.pop(index, None)
+        if streams is not None:
+            for stream in streams:
+                stream.deliver()  # a listener writes its event now
+        futs = self._at.pop(index, None)
         if futs is not None:
             for fut in futs:
-                if isinstance(fut, TokenStream):
-                    fut.deliver()  # a listener writes its event now
-                elif not fut.done():
+                if not fut.done():
                     fut.set_result(None)
         slipped = self.slipped  # each request's host lag is read off these marks
         for seq in result.first_tokens:

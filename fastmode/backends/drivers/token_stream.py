@@ -32,6 +32,7 @@ class StreamReplica(Protocol):
     done_end: float
     slipped: float
     stopped: bool
+    listening: dict[int, list[TokenStream]]  # step index -> the listeners it calls
 
     def wait_for(self, index: int, fut: asyncio.Future[None] | TokenStream) -> None: ...
 
@@ -223,7 +224,8 @@ class TokenStream(CountStream):
         first, out, delivered, interval = seq.first_step, seq.output_tokens, self.delivered, \
             self.interval
         n = 0
-        if seq.segments is not None:  # preempted once at least: the tokens' steps are looked up
+        segments = seq.segments
+        if segments is not None:  # preempted once at least: the tokens' steps are looked up
             n = self.take()
             delivered = self.delivered
         elif first >= 0 and not self._cancelled:
@@ -235,14 +237,14 @@ class TokenStream(CountStream):
             if n < interval and produced < out or n <= 0:
                 n = 0
             else:
-                if produced < out:
+                if interval > 1 and produced < out:
                     n -= n % interval  # whole events only; the rest is not due yet
-                self.delivered = delivered + n
+                start, delivered = delivered, delivered + n
+                self.delivered = delivered
                 self._i0, self.since = self._i1, self._t1
                 self._i1, self._t1 = done, rep.done_end
-                if delivered <= self.watch < delivered + n:
+                if start <= self.watch < delivered:
                     self.watched_at = self._time(first + self.watch)
-                delivered += n
         try:
             again = callback(delivered - n, n)
             if self._listener is not callback:
@@ -252,22 +254,28 @@ class TokenStream(CountStream):
                 return
             # ``due_step``, inline: the step making the next event's last token
             want = delivered + interval
-            index = (first + (want if want < out else out) - 1 if seq.segments is None
+            index = (first + (want if want < out else out) - 1 if segments is None
                      else self.due_step())
             if (delivered >= out or self._cancelled or seq.state == CANCELLED
                     or rep.stopped or index <= rep.done_index):  # over, or due already: the end
                 self._listener = None
                 callback(delivered, 0)  # the last call
                 return
-            if index >= NEVER:  # preempted: armed again by the step that resumes it
-                self.waits_first = True
+            if segments is not None and index >= NEVER:  # preempted: armed again by the
+                self.waits_first = True  # step that resumes it
                 return
         except Exception:  # a broken listener must not stop the replica: end its stream
             log.exception("stream listener failed")
             self._listener = None
             self.cancel()
             return
-        rep.wait_for(index, self)  # re-armed for the next event
+        # re-armed for the next event (``wait_for``, inline: this runs once per event)
+        at = rep.listening
+        streams = at.get(index)
+        if streams is None:
+            at[index] = [self]
+        else:
+            streams.append(self)
 
     @property
     def over(self) -> bool:

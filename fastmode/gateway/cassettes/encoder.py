@@ -66,6 +66,9 @@ class CassetteEncoder(Encoder):
     def sse_tokens(self, start: int, count: int) -> bytes:
         return self.sse(self.tokens(start, count))
 
+    def wire_chunks(self) -> bool:
+        return False  # its events are made as they are asked for (``chunk_tokens`` frames them)
+
     def text_tokens(self, start: int, count: int) -> list[str]:
         return texts(self.tokens(start, count))
 

@@ -102,12 +102,16 @@ class DirectResponse:
 
     def write(self, body: bytes) -> bool:
         """One more chunk of the body (an empty one writes nothing: it is not the end)."""
+        return self.write_chunk(b"%x\r\n%b\r\n" % (len(body), body) if body else b"")
+
+    def write_chunk(self, chunk: bytes) -> bool:
+        """``write`` of a body framed already: ``chunk`` is one HTTP chunk (or nothing)."""
         cycle = self.cycle
         if (self.flow.write_paused or cycle.disconnected or cycle.response_complete
                 or cycle.chunked_encoding is not True):
             return False
-        if body:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        if chunk:
+            self.transport.write(chunk)
         return True
 
     def end(self, body: bytes) -> bool:

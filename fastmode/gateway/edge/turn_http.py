@@ -42,6 +42,7 @@ from fastmode.gateway.money import cost_text
 from fastmode.gateway.pipeline.admission import Gateway, shutting_down
 from fastmode.gateway.pipeline.turn import Turn
 from fastmode.gateway.protocols.base import Protocol, RequestContext
+from fastmode.gateway.protocols.events import unchunked
 from fastmode.gateway.state import CUT, FAILED
 from fastmode.gateway.stored.ownership import deferred
 from fastmode.gateway.values.ids import new_id
@@ -79,10 +80,14 @@ class TurnStream(StreamingResponse):
         self._direct: Callable[[bytes], bool] | None = None
         # the response's start and end straight to it too (``DirectResponse``)
         self._ends: DirectResponse | None = None
+        # ... and pushed token events as the HTTP chunks the encoder keeps (``wire_chunks``):
+        # the request's cycle, its flow control and its transport's write
+        self._chunks: tuple[Any, Any, Callable[[bytes], object]] | None = None
         self._task: asyncio.Task[Any] | None = None  # the task streaming it (``__call__``)
         encoder = turn.encoder
         assert encoder is not None
         self._tokens = encoder.sse_tokens
+        self._chunk_tokens = encoder.chunk_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Stream in this task; a client going away cancels it, which settles the turn as the
@@ -109,8 +114,11 @@ class TurnStream(StreamingResponse):
         cycle = on_hang_up(receive, hang_up)
         listener = None if cycle is not None else task.get_loop().create_task(listen())
         if cycle is not None and self.raw_send is not None:  # no middleware rewrites bodies
-            self._ends = DirectResponse(cycle)
-            self._direct = self._ends.write
+            ends = self._ends = DirectResponse(cycle)
+            self._direct = ends.write
+            encoder = self.turn.encoder  # (a recorded turn's events go through the tape)
+            if self.turn.tape is None and encoder is not None and encoder.wire_chunks():
+                self._chunks = (cycle, ends.flow, ends.transport.write)
         self._task = task
         try:
             await self.stream_response(send)
@@ -127,6 +135,19 @@ class TurnStream(StreamingResponse):
     def push(self, start: int, count: int, lead: bytes | None) -> Coroutine[Any, Any, None] | None:
         """Push mode (``gateway.pipeline.push``): these tokens' events (after ``lead``) written to the
         connection now (None), or the send of them, which the engine's step runs."""
+        chunks = self._chunks
+        if chunks is not None and lead is None:  # framed as the encoder kept them
+            chunk = self._chunk_tokens(start, count)
+            # ``DirectResponse.write_chunk``, inline: this runs once per event
+            cycle, flow, write = chunks
+            if not (flow.write_paused or cycle.disconnected or cycle.response_complete
+                    or cycle.chunked_encoding is not True):
+                if chunk:
+                    write(chunk)
+                return None
+            body = unchunked(chunk)
+            return self._write({"type": "http.response.body",  # type: ignore[misc]
+                                "body": body, "more_body": True})
         body = self._tokens(start, count) if lead is None else lead + self._tokens(start, count)
         direct = self._direct
         if direct is not None and direct(body):

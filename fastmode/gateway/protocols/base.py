@@ -25,16 +25,20 @@ from fastmode.backends.mockmodel import Generation, Piece
 from fastmode.gateway.errors import APIError, bad_request
 from fastmode.gateway.observe.rejections import Rejection, rejection
 from fastmode.gateway.protocols.events import (
+    CHUNK,
     EventBuffer,
     Frames,
     Merged,
     Runs,
     buffered,
+    chunk_framed,
+    chunked,
     grouped,
     runs_of,
     sse_framed,
     sse_head,
     texts,
+    unchunked,
     wired,
 )
 from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
@@ -85,6 +89,9 @@ class Encoder(ABC):
     # the stream goes out as SSE: ``tokens`` may write an event as its SSE bytes (kind
     # ``WIRE``); set by the event buffer, never for the websocket
     sse_wire: bool = False
+    # ... and the connection writes its events itself (``wire_chunks``): ``tokens`` may write
+    # an event as its HTTP chunk (kind ``CHUNK``)
+    chunk_wire: bool = False
 
     def pieces(self, start: int, stop: int,
                out: Frames | None = None) -> Iterator[tuple[int, Piece | Merged]]:
@@ -133,6 +140,11 @@ class Encoder(ABC):
     def framed(self, frames: Frames) -> list[bytes]:
         return sse_framed(frames, self.named_events)
 
+    def chunk_framed(self, frames: Frames) -> list[bytes]:
+        """Each event as one HTTP/1.1 chunk of its SSE bytes (``chunk_tokens``)."""
+        rest = [f for f in frames if f[0] is not CHUNK]
+        return chunk_framed(self.framed(rest) if rest else [], frames)
+
     def sse(self, frames: Frames) -> bytes:
         return b"".join(self.framed(frames))
 
@@ -141,6 +153,8 @@ class Encoder(ABC):
         a slice of what ``EventBuffer`` encoded ahead. Tokens are asked for in order."""
         buf = self.buffer
         if buf is None or buf.mode != "sse":
+            if buf is not None and buf.mode == "chunk":  # kept as chunks: their bytes
+                return unchunked(self.chunk_tokens(start, count))
             buf = wired(self, "sse")
             if buf is None:
                 return self.sse(self.tokens(start, count))
@@ -153,6 +167,30 @@ class Encoder(ABC):
             f0, f1 = buf.span(self, start, stop)
         wire = buf.wire
         return wire[f0] if f1 == f0 + 1 else b"".join(wire[f0:f1])
+
+    def wire_chunks(self) -> bool:
+        """The stream's connection writes its token events itself (``gateway.edge.
+        connections.DirectResponse``): the buffer keeps each event as its HTTP/1.1 chunk from
+        now on (``chunk_tokens``); False if it keeps none (a reply still arriving)."""
+        return wired(self, "chunk") is not None
+
+    def chunk_tokens(self, start: int, count: int) -> bytes:
+        """``sse_tokens`` as one HTTP/1.1 chunk (nothing for no event), once ``wire_chunks``:
+        one event, the write of every token at ``stream_interval`` 1, is a slice framed
+        already; several are one chunk of their bytes, as a write of them is framed."""
+        buf = self.buffer
+        if buf is None or buf.mode != "chunk":
+            return chunked(self.sse_tokens(start, count))
+        stop = start + count
+        if stop <= buf.encoded and start >= buf.tok0:  # the common case, inline
+            buf.served = stop
+            index, t0 = buf.index, buf.tok0
+            f0, f1 = index[start - t0], index[stop - t0]
+        else:
+            f0, f1 = buf.span(self, start, stop)
+        if f1 == f0 + 1:
+            return buf.wire[f0]  # type: ignore[no-any-return]
+        return chunked(b"".join([unchunked(c) for c in buf.wire[f0:f1]]))
 
     def text_tokens(self, start: int, count: int) -> list[str]:
         """The same for the websocket's push mode: each event as its frame's text. (The common

@@ -12,15 +12,16 @@ chunk per reasoning token in a stream, before the content.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-from fastmode.backends.mockmodel import REASONING, ToolCall
+from fastmode.backends.mockmodel import REASONING, Piece, ToolCall
 from fastmode.backends.mockmodel.request import CUSTOM
 from fastmode.gateway.errors import APIError
 from fastmode.gateway.protocols.base import Encoder
-from fastmode.gateway.protocols.events import WIRE, Frames
+from fastmode.gateway.protocols.events import CHUNK, CHUNK_HEADS, WIRE, Frames, Merged, chunk_head
 from fastmode.gateway.protocols.vocabulary import OPENAI_SERVICE_TIERS
 from fastmode.gateway.values.job import Job
 
@@ -119,18 +120,36 @@ class ChatEncoder(Encoder):
                 + b"\n\n"
         else:
             kind, cp, cs = "", self.content_prefix, self.content_suffix
+        # ... or as their HTTP chunks, size line and all, in one join (events.CHUNK)
+        chunk, size, crlf, join = self.chunk_wire, len(cp) + len(cs), cs + b"\r\n", b"".join
         dumps = orjson.dumps
         out: Frames = []
         # reasoning comes first: hidden (only counted in usage) unless the model shows it raw
         first = start if self.raw else max(start, self.job.gen.reasoning_tokens)
-        for _, piece in self.pieces(first, start + count, out):
+        marks = self.marks
+        items: Iterable[tuple[int, Piece | Merged]]
+        if self.interval <= 1:  # an event per token: the pieces as they are, at C speed
+            pieces = self.job.gen.pieces
+            last = min(start + count, len(pieces))
+            items = zip(range(first, last), pieces[first:last], strict=True)
+        else:  # grouped (``pieces`` records the marks itself)
+            items, marks = self.pieces(first, start + count, out), None
+        for i, piece in items:
+            if marks is not None:  # where this token's event begins (``events.EventBuffer``)
+                marks.append((i, len(out)))
             if piece.tool == REASONING:  # (an upstream's reply learns its reasoning as it goes)
                 if self.raw:
                     text = dumps(piece.text)
                     out.append(("", self.head + b'{"reasoning":' + text
                                 + b',"reasoning_content":' + text + b"}" + self.tail))
             elif piece.tool < 0:
-                out.append((kind, cp + dumps(piece.text) + cs))
+                if chunk:
+                    text = dumps(piece.text)
+                    n = size + len(text)
+                    out.append((CHUNK, join((CHUNK_HEADS[n] if n < 4096 else chunk_head(n), cp,
+                                             text, crlf))))
+                else:
+                    out.append((kind, cp + dumps(piece.text) + cs))
             else:
                 out.append(("", self._tool_delta(piece.tool, piece.text)))
         return out
