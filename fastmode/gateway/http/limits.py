@@ -261,12 +261,15 @@ def check_tool_schema(schema: Any, param: str, limits: LimitsConfig, what: str =
     if not isinstance(schema, dict):
         raise bad_request(f"Invalid '{param}': a JSON schema must be an object.", param=param,
                           code=code)
-    key = _schema_key(schema) if caller is not None else None
-    if key is not None and _PASSED.get(caller or "", key) is limits:
+    if caller is None:
+        _check_schema(schema, param, limits, what, code)
+        return
+    key = _schema_key(schema)
+    if key is not None and _PASSED.get(caller, key) is limits:
         return
     _check_schema(schema, param, limits, what, code)
     if key is not None:
-        _PASSED.put(caller or "", key, limits)
+        _PASSED.put(caller, key, limits)
 
 
 def _schema_key(schema: dict[str, Any]) -> bytes | None:
