@@ -5,8 +5,8 @@
 bench_config``) beside the bare ASGI app; the two differ in three parts, and this says what each
 part costs fastmode's CPU alone:
 
-- ``scripted``: every reply the scripted one of the bench config instead of the mock model's
-  prose (``[[scripts]]``: the bench's prompt matches, so nothing is generated per request);
+- ``scripted``: every reply scripted as on the bench config (the mock model's prose, written
+  once: ``gateway_overhead.script``), so nothing is generated per request;
 - ``one-replica``: the spark deployment as one replica holding both replicas' batch and queue,
   on a static fleet (one engine step timer instead of two);
 - ``tenants-1%``: the other tenants at 1% occupancy instead of half the batch (more of the
@@ -33,20 +33,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_overhead import bench_config
+from bench.gateway_overhead import bench_config, prose, script
 from bench.harness import ROOT, pin_self, stop, toml_dumps
-from bench.pacing import PROMPT, Server, requests, serve, streams
+from bench.pacing import Server, requests, serve, streams
 
 Config = dict[str, Any]
-SCRIPTED_REPLY = "word " * 1000  # what the bench config's script streams (the pacing table's)
+TOKENS = 1000  # of the steady row's streams
 
 
 def builtin() -> Config:
     return tomllib.loads((ROOT / "fastmode/gateway/data/default.toml").read_text())
-
-
-def scripted(cfg: Config) -> None:
-    cfg["scripts"] = [{"match": "^" + PROMPT.split(":")[0] + ":", "reply": SCRIPTED_REPLY}]
 
 
 def one_replica(cfg: Config) -> None:
@@ -61,29 +57,35 @@ def tenants_few(cfg: Config) -> None:
     cfg["tiers"]["spark"]["tenants"]["occupancy"] = 0.01
 
 
-PARTS: dict[str, Callable[[Config], None]] = {
-    "scripted": scripted, "one-replica": one_replica, "tenants-1%": tenants_few}
+def parts(reply: str) -> dict[str, Callable[[Config], None]]:
+    """Each part of the bench config, by name; ``reply``: what the scripted one streams."""
+    return {"scripted": lambda cfg: script(cfg, reply), "one-replica": one_replica,
+            "tenants-1%": tenants_few}
 
 
-def variants() -> dict[str, str]:
-    """Name -> config TOML: the built-in config, each part alone, all parts, the bench config."""
+def variants(reply: str | None = None) -> dict[str, str]:
+    """Name -> config TOML: the built-in config, each part alone, all parts, the bench config,
+    whose scripted reply is ``reply`` (by default the mock model's prose, as in
+    ``bench/pacing.py``)."""
+    if reply is None:
+        reply = prose(TOKENS + 50)[0]
     out = {"built-in": toml_dumps(builtin())}
-    for name, part in PARTS.items():
+    for name, part in parts(reply).items():
         cfg = builtin()
         part(cfg)
         out[name] = toml_dumps(cfg)
     every = builtin()
-    for part in PARTS.values():
+    for part in parts(reply).values():
         part(every)
     out["all three"] = toml_dumps(every)
-    out["bench config"] = bench_config(1, SCRIPTED_REPLY)
+    out["bench config"] = bench_config(1, reply)
     return out
 
 
 async def row(server: Server, name: str, args: argparse.Namespace) -> dict[str, Any]:
     if name == "requests":
         return await requests(server, args.requests, 16, 32)
-    return await streams(server, 100, 1000, 1)
+    return await streams(server, 100, TOKENS, 1)
 
 
 def cell(xs: list[float], base: float, fmt: str) -> str:
@@ -123,12 +125,12 @@ async def main() -> None:
     titles = {"requests": "CPU µs per request", "steady": "CPU µs per token (streams at once)"}
     print("| config | " + " | ".join(titles[r] for r in rows) + " |")
     print("|---|" + "---|" * len(rows))
+    base = {r: statistics.median(x["cpu_us"] for x in got[r]["built-in"]) for r in rows}
     for name in servers:
         cells = []
         for r in rows:
             xs = [x["cpu_us"] for x in got[r][name]]
-            base = statistics.median(x["cpu_us"] for x in got[r]["built-in"])
-            text = cell(xs, base, "{:.0f}" if r == "requests" else "{:.2f}")
+            text = cell(xs, base[r], "{:.0f}" if r == "requests" else "{:.2f}")
             if r == "steady":
                 text += f" ({statistics.median(x['mean_active'] for x in got[r][name]):.0f})"
             cells.append(text)

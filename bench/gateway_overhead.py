@@ -80,8 +80,14 @@ def bench_config(interval: int, reply: str, trace: bool = False) -> str:
     server.update(ws_max_connections=100_000, ws_max_connections_per_key=100_000)
     if trace:  # every request's ground truth recorded (gateway.tracing): its cost on the path
         server.update(trace_all=True)
-    cfg["scripts"] = [{"match": "^fastmode-bench:", "reply": reply}]
+    script(cfg, reply)
     return toml_dumps(cfg)
+
+
+def script(cfg: dict[str, Any], reply: str) -> None:
+    """``cfg`` with ``reply`` scripted for the benchmarks' prompt (``PROMPT``): nothing is
+    generated per request."""
+    cfg["scripts"] = [{"match": "^fastmode-bench:", "reply": reply}]
 
 
 def prose(tokens: int) -> tuple[str, float]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from bench.config_costs import PARTS, builtin, variants
+from bench.config_costs import builtin, parts, variants
 from bench.pacing import PROMPT
+from fastmode.backends.engine import build
 from fastmode.backends.mockmodel.scripts import match_script
 from fastmode.gateway.config import load_config
 
@@ -50,11 +51,11 @@ def test_one_replica_holds_what_the_two_held() -> None:
     assert one["max_waiting"] == two["max_waiting"] * two["replicas"]
 
 
-@pytest.mark.parametrize("name", [*PARTS, "built-in", "all three", "bench config"])
+@pytest.mark.parametrize("name", [*parts(""), "built-in", "all three", "bench config"])
 def test_every_variant_is_a_config_the_gateway_loads(name: str, tmp_path: Path) -> None:
     path = tmp_path / "variant.toml"
     path.write_text(variants()[name])
-    cfg = load_config(path)
+    spec = build(load_config(path).sim())  # as `fastmode serve` builds its engine
     scripted = name in ("scripted", "all three", "bench config")
     # the benchmark's prompt gets the scripted reply exactly where the variant scripts it
-    assert (match_script(cfg.scripts, PROMPT) is not None) is scripted
+    assert (match_script(spec.scripts, PROMPT) is not None) is scripted
